@@ -1,1 +1,77 @@
-"""relaykit"""
+"""relaykit: multi-agent LLM applications with exact transfers, interrupt and resume.
+
+Everything in the public API is importable from here (``import relaykit as rk``).
+"""
+
+from relaykit import errors
+from relaykit.agent import Agent, AgentInput, BaseAgent, ResumableAgent
+from relaykit.checkpoints import CheckpointStore, InMemoryCheckpointStore
+from relaykit.codec import register_type
+from relaykit.context import RunContext
+from relaykit.events import (
+    AgentAction,
+    AgentEvent,
+    AgentOutput,
+    BreakLoopAction,
+    RunPath,
+    RunStep,
+    TransferToAgentAction,
+    transfer_messages,
+)
+from relaykit.flow import (
+    FlowAgent,
+    HistoryEntry,
+    HistoryRewriter,
+    as_flow_agent,
+    set_sub_agents,
+)
+from relaykit.interrupts import (
+    AddressSegment,
+    InterruptContext,
+    InterruptInfo,
+    ResumeInfo,
+    composite_interrupt,
+    interrupt,
+    stateful_interrupt,
+)
+from relaykit.messages import Blob, Message, MessageStream, ToolCall
+from relaykit.runner import Runner
+from relaykit.transfer import with_deterministic_transfer
+
+__all__ = [
+    "AddressSegment",
+    "Agent",
+    "AgentAction",
+    "AgentEvent",
+    "AgentInput",
+    "AgentOutput",
+    "BaseAgent",
+    "Blob",
+    "BreakLoopAction",
+    "CheckpointStore",
+    "FlowAgent",
+    "HistoryEntry",
+    "HistoryRewriter",
+    "InMemoryCheckpointStore",
+    "InterruptContext",
+    "InterruptInfo",
+    "Message",
+    "MessageStream",
+    "ResumableAgent",
+    "ResumeInfo",
+    "RunContext",
+    "RunPath",
+    "RunStep",
+    "Runner",
+    "ToolCall",
+    "TransferToAgentAction",
+    "as_flow_agent",
+    "composite_interrupt",
+    "errors",
+    "interrupt",
+    "register_type",
+    "set_sub_agents",
+    "stateful_interrupt",
+    "transfer_messages",
+    "with_deterministic_transfer",
+]

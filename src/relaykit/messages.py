@@ -12,11 +12,14 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from relaykit.codec import register_type
+
 __all__ = ["Blob", "Message", "MessageStream", "Role", "ToolCall", "concat_messages"]
 
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+@register_type("relaykit.ToolCall")
 @dataclass(slots=True)
 class ToolCall:
     """One function call requested by a model.
@@ -33,6 +36,7 @@ class ToolCall:
     index: int | None = None
 
 
+@register_type("relaykit.Blob")
 @dataclass(slots=True)
 class Blob:
     """Inline binary content attached to a message (an image, a PDF...)."""
@@ -42,6 +46,7 @@ class Blob:
     name: str | None = None
 
 
+@register_type("relaykit.Message")
 @dataclass(slots=True)
 class Message:
     """A chat message.

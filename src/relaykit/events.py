@@ -1,0 +1,174 @@
+"""Events, outputs and actions: what an agent's run yields."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from relaykit.codec import register_type
+from relaykit.messages import Message, MessageStream, ToolCall
+
+if TYPE_CHECKING:
+    from relaykit.interrupts import InterruptInfo, InterruptSignal
+
+__all__ = [
+    "TRANSFER_TOOL_NAME",
+    "AgentAction",
+    "AgentEvent",
+    "AgentOutput",
+    "BreakLoopAction",
+    "RunPath",
+    "RunStep",
+    "TransferToAgentAction",
+    "transfer_messages",
+]
+
+TRANSFER_TOOL_NAME = "transfer_to_agent"
+
+
+@register_type("relaykit.RunStep")
+@dataclass(frozen=True, slots=True)
+class RunStep:
+    """One agent on a run path. Equal by name."""
+
+    agent_name: str
+
+    def __str__(self) -> str:
+        return self.agent_name
+
+
+RunPath = tuple[RunStep, ...]
+
+
+@register_type("relaykit.TransferToAgentAction")
+@dataclass(slots=True)
+class TransferToAgentAction:
+    """Hand control to the agent named ``dest_agent_name`` (a child or the parent)."""
+
+    dest_agent_name: str
+
+
+@register_type("relaykit.BreakLoopAction")
+@dataclass(slots=True)
+class BreakLoopAction:
+    """End the enclosing ``LoopAgent``. ``done`` is set once a loop has handled it."""
+
+    from_agent: str = ""
+    done: bool = False
+    current_iterations: int = 0
+
+
+@register_type("relaykit.AgentAction", exclude=("signal", "flow_pending"))
+@dataclass(slots=True)
+class AgentAction:
+    """What an event asks the framework to do. Precedence: interrupted, exit, transfer."""
+
+    exit: bool = False
+    interrupted: InterruptInfo | None = None
+    transfer_to_agent: TransferToAgentAction | None = None
+    break_loop: BreakLoopAction | None = None
+    custom: Any = None
+    # The framework's interrupt signal: set only by interrupt(), stateful_interrupt() and
+    # composite_interrupt(); this is what checkpoints save and what composites detect.
+    signal: InterruptSignal | None = field(default=None, repr=False, compare=False)
+    # Transfer chains left pending by flow agents on the way up, keyed by their address (D3).
+    flow_pending: dict[Any, Any] | None = field(default=None, repr=False, compare=False)
+
+
+@register_type("relaykit.AgentOutput")
+@dataclass(slots=True)
+class AgentOutput:
+    """An event's output: a whole message, a message stream, or a custom value."""
+
+    message: Message | None = None
+    stream: MessageStream | None = None
+    role: str = "assistant"
+    tool_name: str | None = None
+    custom: Any = None
+
+    @property
+    def is_streaming(self) -> bool:
+        """True when the output is a ``MessageStream``."""
+        return self.stream is not None
+
+    async def get_message(self) -> Message | None:
+        """The message, concatenating the stream if needed (other readers keep their chunks)."""
+        if self.stream is not None:
+            return await self.stream.collect()
+        return self.message
+
+
+@register_type("relaykit.AgentEvent")
+@dataclass(slots=True)
+class AgentEvent:
+    """One item of an agent's event stream.
+
+    ``agent_name`` and ``run_path`` are set by the framework (the flow agent stamps a copy of
+    each event an agent yields).
+
+    >>> AgentEvent.from_message(Message.assistant("hi")).output.message.content
+    'hi'
+    """
+
+    agent_name: str = ""
+    run_path: RunPath = ()
+    output: AgentOutput | None = None
+    action: AgentAction | None = None
+    error: BaseException | None = None
+    # Session values written by the agent since its previous event (session mode, D12).
+    state_delta: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_message(cls, message: Message | MessageStream, role: str | None = None,
+                     tool_name: str | None = None) -> AgentEvent:
+        """An event carrying ``message``; a ``MessageStream`` gives a streaming output."""
+        if isinstance(message, MessageStream):
+            out = AgentOutput(None, message, role or "assistant", tool_name)
+        else:
+            out = AgentOutput(message, None, role or message.role,
+                              tool_name if tool_name is not None else message.tool_name)
+        return cls("", (), out)
+
+    @classmethod
+    def exit(cls) -> AgentEvent:
+        """An action-only event that ends the run of the enclosing flow."""
+        return cls(action=AgentAction(exit=True))
+
+    @classmethod
+    def transfer(cls, dest_agent_name: str) -> AgentEvent:
+        """An action-only event that transfers to ``dest_agent_name``."""
+        return cls(action=AgentAction(transfer_to_agent=TransferToAgentAction(dest_agent_name)))
+
+    @classmethod
+    def from_error(cls, error: BaseException) -> AgentEvent:
+        """An error event."""
+        return cls(error=error)
+
+    def stamped(self, agent_name: str, run_path: RunPath) -> AgentEvent:
+        """A copy with ``agent_name`` and ``run_path`` set (the original is not changed)."""
+        return AgentEvent(agent_name, run_path, self.output, self.action, self.error,
+                          self.state_delta)
+
+    @property
+    def message(self) -> Message | None:
+        """The non-streaming message of this event, if any."""
+        return self.output.message if self.output is not None else None
+
+
+def transfer_messages(dest_agent_name: str) -> tuple[Message, Message]:
+    """The assistant message calling ``transfer_to_agent`` and the tool message answering it.
+
+    The call's arguments are JSON (D2): ``{"agent_name": "<dest>"}``.
+
+    >>> call, result = transfer_messages("B")
+    >>> result.content
+    'successfully transferred to agent [B]'
+    """
+    call_id = f"call_{uuid.uuid4().hex}"
+    args = json.dumps({"agent_name": dest_agent_name})
+    call = Message("assistant", "", [ToolCall(call_id, TRANSFER_TOOL_NAME, args)])
+    result = Message("tool", f"successfully transferred to agent [{dest_agent_name}]", [],
+                     call_id, TRANSFER_TOOL_NAME)
+    return call, result

@@ -1,0 +1,492 @@
+"""Flow agents: agent trees, transfer to a child or the parent, history rewriting.
+
+A ``FlowAgent`` wraps an agent. It stamps the events its agent yields (its *own* events, D6),
+records them in the run history, and acts on the last own action: exit and interrupt stop,
+a transfer runs the target (several trailing transfers form a chain, D3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relaykit._aio import closing
+from relaykit.agent import Agent, AgentInput
+from relaykit.codec import register_type
+from relaykit.context import RecordedEvent, RunContext
+from relaykit.errors import ConfigurationError
+from relaykit.events import TRANSFER_TOOL_NAME, AgentEvent, RunStep
+from relaykit.interrupts import AddressSegment, ResumeInfo
+from relaykit.messages import Message
+
+__all__ = [
+    "FlowAgent",
+    "HistoryEntry",
+    "HistoryRewriter",
+    "PendingChain",
+    "as_flow_agent",
+    "rewrite_message",
+    "set_sub_agents",
+]
+
+
+@register_type("relaykit.HistoryEntry")
+@dataclass(slots=True)
+class HistoryEntry:
+    """One message of the history a flow agent builds for its agent."""
+
+    is_user_input: bool
+    agent_name: str
+    message: Message
+
+
+HistoryRewriter = Callable[[RunContext, list[HistoryEntry]], Awaitable[list[Message]]]
+
+
+def rewrite_message(message: Message, agent_name: str) -> Message:
+    """Another agent's message as the user-role context line the next agent reads (FA-07)."""
+    parts = ["For context:"]
+    if message.role == "assistant":
+        if message.content:
+            parts.append(f" [{agent_name}] said: {message.content}.")
+        for call in message.tool_calls:
+            parts.append(
+                f" [{agent_name}] called tool: `{call.name}` with arguments: {call.arguments}."
+            )
+    elif message.role == "tool" and message.content:
+        parts.append(
+            f" [{agent_name}] `{message.tool_name}` tool returned result: {message.content}."
+        )
+    return Message("user", "".join(parts), attachments=list(message.attachments))
+
+
+@register_type("relaykit.PendingChain")
+@dataclass(slots=True)
+class PendingChain:
+    """The rest of a transfer chain, saved when one of its targets interrupts (D3)."""
+
+    targets: list[str]  # the remaining targets of the group being run
+    groups: list[tuple[list[AgentEvent], list[str]]]  # later groups: events and targets
+
+
+def _transfer_dest(ev: AgentEvent) -> str | None:
+    a = ev.action
+    if a is None or a.interrupted is not None or a.exit or a.transfer_to_agent is None:
+        return None
+    return a.transfer_to_agent.dest_agent_name
+
+
+async def _is_transfer_like(ev: AgentEvent) -> bool:
+    """Part of a trailing transfer run: a transfer action, or an assistant message whose only
+    tool calls are ``transfer_to_agent`` calls."""
+    a = ev.action
+    if a is not None:
+        if a.interrupted is not None or a.exit:
+            return False
+        if a.transfer_to_agent is not None:
+            return True
+    if ev.error is not None or ev.output is None:
+        return False
+    msg = ev.output.message
+    if msg is None and ev.output.stream is not None:
+        try:
+            msg = await ev.output.stream.collect()
+        except Exception:
+            return False
+    return (msg is not None and msg.role == "assistant" and bool(msg.tool_calls)
+            and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls))
+
+
+def _split_groups(tail: list[AgentEvent]) -> list[tuple[list[AgentEvent], list[str]]]:
+    """Transfer groups: one assistant message with the results answering it, or one pair."""
+    groups: list[tuple[list[AgentEvent], list[str]]] = []
+    for ev in tail:
+        dest = _transfer_dest(ev)
+        out = ev.output
+        is_call = out is not None and out.role == "assistant"
+        if not groups or (groups[-1][1] and (is_call or out is None)):
+            groups.append(([], []))
+        groups[-1][0].append(ev)
+        if dest is not None:
+            groups[-1][1].append(dest)
+    return [g for g in groups if g[1] or g[0]]
+
+
+def _stops_chain(last: AgentEvent | None) -> bool:
+    if last is None:
+        return False
+    if last.error is not None:
+        return True
+    a = last.action
+    return a is not None and (a.interrupted is not None or a.exit)
+
+
+class FlowAgent:
+    """An agent that takes part in a tree: it records, stamps and transfers.
+
+    Build trees with ``set_sub_agents``; set options with ``as_flow_agent``.
+    """
+
+    builds_own_input = False
+
+    def __init__(self, agent: Agent, *, disallow_transfer_to_parent: bool = False,
+                 history_rewriter: HistoryRewriter | None = None) -> None:
+        if isinstance(agent, FlowAgent):
+            raise ConfigurationError(f"agent {agent.name!r} is already a flow agent")
+        self.agent = agent
+        self.name: str = agent.name
+        self.description: str = agent.description
+        self.sub_agents: list[FlowAgent] = []
+        self.parent: FlowAgent | None = None
+        self.disallow_transfer_to_parent = disallow_transfer_to_parent
+        self.history_rewriter = history_rewriter
+        self._step = RunStep(self.name)
+        self._segment = AddressSegment("agent", self.name)
+
+    def __repr__(self) -> str:
+        return f"FlowAgent({self.agent!r}, sub_agents={[a.name for a in self.sub_agents]})"
+
+    # -- tree ------------------------------------------------------------------------------
+    def transfer_targets(self) -> list[Agent]:
+        """The agents this one may transfer to: its children, then its parent unless disallowed."""
+        targets: list[Agent] = list(self.sub_agents)
+        if self.parent is not None and not self.disallow_transfer_to_parent:
+            targets.append(self.parent)
+        return targets
+
+    def find_target(self, name: str, *, for_resume: bool = False) -> FlowAgent | None:
+        """A child named ``name``, else the parent if so named (and allowed, D4)."""
+        for sub in self.sub_agents:
+            if sub.name == name:
+                return sub
+        parent = self.parent
+        if parent is not None and parent.name == name:
+            if for_resume or not self.disallow_transfer_to_parent:
+                return parent
+        return None
+
+    def _enter(self, ctx: RunContext) -> RunContext:
+        path = ctx.run_path
+        if not path or path[-1].agent_name != self.name:
+            path = (*path, self._step)
+        child = ctx.derive(run_path=path, address=(*ctx.address, self._segment))
+        child.flow = self
+        return child
+
+    # -- run -------------------------------------------------------------------------------
+    async def run(self, ctx: RunContext, input: AgentInput | None = None,
+                  **options: Any) -> AsyncIterator[AgentEvent]:
+        """Run the wrapped agent on the history built for it, then act on its last action."""
+        child = self._enter(ctx)
+        if not ctx.run_path and input is not None:
+            child.root_input = input
+        try:
+            if self.builds_own_input:
+                agent_input = input if input is not None else AgentInput()
+            else:
+                agent_input = await self.build_input(child)
+            gen = self.agent.run(child, agent_input, **options)
+        except Exception as exc:
+            yield AgentEvent(self.name, child.run_path, error=exc)
+            return
+        async with closing(self._drive(child, gen, options)) as events:
+            async for ev in events:
+                yield ev
+
+    async def resume(self, ctx: RunContext, info: ResumeInfo,
+                     **options: Any) -> AsyncIterator[AgentEvent]:
+        """Continue an interrupted run: resume the agent itself, or pass the resume down."""
+        child = self._enter(ctx)
+        state = ctx.resume_state
+        if state is None:
+            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
+                f"failed to resume agent {self.name!r}: the run has no resume information"))
+            return
+        mine = state.claim(child.address, info)
+        child.resume_info = mine
+        if mine.was_interrupted:
+            resume = getattr(self.agent, "resume", None)
+            if resume is None:
+                yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
+                    f"failed to resume agent: agent '{self.name}' is an interrupt point but is "
+                    "not a ResumableAgent"))
+                return
+            try:
+                gen = resume(child, mine, **options)
+            except Exception as exc:
+                yield AgentEvent(self.name, child.run_path, error=exc)
+                return
+            async with closing(self._drive(child, gen, options)) as events:
+                async for ev in events:
+                    yield ev
+            return
+        async with closing(self._resume_below(child, info, options)) as events:
+            async for ev in events:
+                yield ev
+
+    async def _resume_below(self, child: RunContext, info: ResumeInfo,
+                            options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        state = child.resume_state
+        assert state is not None
+        names = state.next_points(child.address)
+        error: str | None = None
+        if not names:
+            error = "no child agents leading to interrupted agent were found"
+        elif len(names) > 1:
+            error = ("agent has multiple child agents leading to interruption, but concurrent "
+                     "transfer is not supported")
+        if error is not None:
+            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
+                f"failed to resume agent '{self.name}': {error}"))
+            return
+        sub = self.find_target(names[0], for_resume=True)
+        pending = state.flow_pending.pop(child.address, None)
+        if sub is not None:
+            gen = sub.resume(child, info, **options)
+        elif not self.sub_agents and hasattr(self.agent, "resume"):
+            gen = self.agent.resume(child, info, **options)  # a wrapper around a tree
+        else:
+            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
+                f"failed to resume agent: sub-agent '{names[0]}' not found in agent "
+                f"'{self.name}'"))
+            return
+        last: AgentEvent | None = None
+        async with closing(gen):
+            async for ev in gen:
+                last = ev
+                yield self._with_pending(child, ev, pending)
+        if isinstance(pending, PendingChain) and not _stops_chain(last):
+            async with closing(self._chain(child, pending.targets, pending.groups,
+                                            options)) as events:
+                async for ev in events:
+                    yield ev
+
+    # -- the run loop ----------------------------------------------------------------------
+    async def _drive(self, ctx: RunContext, gen: AsyncIterator[AgentEvent],
+                     options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        """Stamp, record and forward the agent's events; then act on its last own action."""
+        name, path, history = self.name, ctx.run_path, ctx.history
+        tail: list[AgentEvent] = []  # the trailing transfer run so far (own events)
+        delivered = 0  # how many events of ``tail`` were delivered
+        holding = False  # after the first transfer action, later transfer events are held
+        try:
+            async with closing(gen):
+                async for ev in gen:
+                    if ev.run_path:
+                        yield ev  # a nested agent's event: stamped and recorded below us
+                        continue
+                    ev = AgentEvent(name, path, ev.output, ev.action, ev.error, ev.state_delta)
+                    action = ev.action
+                    if (holding and await _is_transfer_like(ev)) or (
+                            not holding and _maybe_transfer_like(ev)):
+                        tail.append(ev)
+                        if holding:
+                            continue
+                        delivered = len(tail)
+                        if _transfer_dest(ev) is not None:
+                            holding = True
+                    else:
+                        for held in tail[delivered:]:
+                            history.record(held)
+                            yield held
+                        tail.clear()
+                        holding = False
+                        delivered = 0
+                    if action is None or action.interrupted is None:
+                        history.record(ev)
+                    yield ev
+        except Exception as exc:
+            err = AgentEvent(name, path, error=exc)
+            history.record(err)
+            yield err
+            return
+        if not holding:
+            return  # no transfer action at the end: exit, interrupt or plain completion
+        # Streams in the tail are complete now: drop a prefix that is not transfer-like.
+        start = 0
+        for i in range(delivered):
+            if not await _is_transfer_like(tail[i]):
+                start = i + 1
+        groups = _split_groups(tail[start:])
+        first_events, first_targets = groups[0]
+        for held in tail[delivered:start + len(first_events)]:
+            history.record(held)
+            yield held
+        async with closing(self._chain(ctx, first_targets, groups[1:], options)) as events:
+            async for ev in events:
+                yield ev
+
+    async def _chain(self, ctx: RunContext, targets: list[str],
+                     groups: list[tuple[list[AgentEvent], list[str]]],
+                     options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        """Run ``targets`` in order, then each later group: deliver its events, run its targets."""
+        current, rest, first = list(targets), list(groups), True
+        while True:
+            if not first:
+                if not rest:
+                    return
+                events, current = rest.pop(0)
+                for ev in events:
+                    ctx.history.record(ev)
+                    yield ev
+            first = False
+            while current:
+                dest = current.pop(0)
+                target = self.find_target(dest)
+                if target is None:
+                    err = AgentEvent(self.name, ctx.run_path, error=ConfigurationError(
+                        f"transfer failed: agent '{dest}' not found when transferring from "
+                        f"'{self.name}'"))
+                    ctx.history.record(err)
+                    yield err
+                    return
+                pending = PendingChain(list(current), list(rest)) if current or rest else None
+                last: AgentEvent | None = None
+                async with closing(target.run(ctx, None, **options)) as sub_events:
+                    async for ev in sub_events:
+                        last = ev
+                        yield self._with_pending(ctx, ev, pending)
+                if _stops_chain(last):
+                    return
+
+    @staticmethod
+    def _with_pending(ctx: RunContext, ev: AgentEvent, pending: Any) -> AgentEvent:
+        a = ev.action
+        if pending is None or a is None or a.signal is None:
+            return ev
+        merged = dict(a.flow_pending or {})
+        merged[ctx.address] = pending
+        return AgentEvent(ev.agent_name, ev.run_path, ev.output,
+                          dataclasses.replace(a, flow_pending=merged), ev.error, ev.state_delta)
+
+    # -- history ---------------------------------------------------------------------------
+    async def build_input(self, ctx: RunContext) -> AgentInput:
+        """The root input plus the run history, rewritten for this agent (FA-03, FA-07)."""
+        root = ctx.root_input
+        root_messages = root.messages if root is not None else []
+        streaming = root.enable_streaming if root is not None else False
+        records = ctx.history.visible()
+        if not records and self.history_rewriter is None:
+            return AgentInput(list(root_messages), streaming)
+        skip_ids = _transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
+        name = self.name
+        if self.history_rewriter is None:
+            messages = list(root_messages)
+            append = messages.append
+            for rec in records:
+                msg = rec.message
+                if msg is None:
+                    if rec.event.output is None or rec.event.output.stream is None:
+                        continue
+                    msg = await rec.resolve()
+                    if msg is None:
+                        continue
+                if skip_ids:
+                    stripped = _strip_transfer(rec, msg, skip_ids)
+                    if stripped is None:
+                        continue
+                    if stripped is not msg:
+                        append(stripped if rec.event.agent_name == name
+                               else rewrite_message(stripped, rec.event.agent_name))
+                        continue
+                if rec.event.agent_name == name:
+                    append(msg)
+                else:
+                    rewritten = rec.rewritten
+                    if rewritten is None:
+                        rewritten = rec.rewritten = rewrite_message(msg, rec.event.agent_name)
+                    append(rewritten)
+            return AgentInput(messages, streaming)
+        entries = [HistoryEntry(True, "", m) for m in root_messages]
+        for rec in records:
+            msg = await rec.resolve()
+            if msg is None:
+                continue
+            if skip_ids:
+                stripped = _strip_transfer(rec, msg, skip_ids)
+                if stripped is None:
+                    continue
+                msg = stripped
+            entries.append(HistoryEntry(False, rec.event.agent_name, msg))
+        return AgentInput(await self.history_rewriter(ctx, entries), streaming)
+
+
+def _maybe_transfer_like(ev: AgentEvent) -> bool:
+    """Cheap check used while not holding: a stream may be a transfer call (decided later)."""
+    a = ev.action
+    if a is not None:
+        if a.interrupted is not None or a.exit:
+            return False
+        if a.transfer_to_agent is not None:
+            return True
+    out = ev.output
+    if ev.error is not None or out is None:
+        return False
+    if out.stream is not None:
+        return out.role == "assistant"
+    msg = out.message
+    return (msg is not None and msg.role == "assistant" and bool(msg.tool_calls)
+            and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls))
+
+
+def _transfer_call_ids(records: Sequence[RecordedEvent]) -> set[str]:
+    ids: set[str] = set()
+    for rec in records:
+        a = rec.event.action
+        msg = rec.message
+        if (a is not None and a.transfer_to_agent is not None and msg is not None
+                and msg.role == "tool" and msg.tool_call_id):
+            ids.add(msg.tool_call_id)
+    return ids
+
+
+def _strip_transfer(rec: RecordedEvent, msg: Message, ids: set[str]) -> Message | None:
+    """D5: drop a transfer's tool message and its call; keep the rest of the call message."""
+    if msg.role == "tool":
+        a = rec.event.action
+        if msg.tool_call_id in ids and a is not None and a.transfer_to_agent is not None:
+            return None
+        return msg
+    if msg.role != "assistant" or not any(c.id in ids for c in msg.tool_calls):
+        return msg
+    calls = [c for c in msg.tool_calls if c.id not in ids]
+    if not calls and not msg.content:
+        return None
+    return dataclasses.replace(msg, tool_calls=calls)
+
+
+def as_flow_agent(agent: Agent, *, disallow_transfer_to_parent: bool = False,
+                  history_rewriter: HistoryRewriter | None = None) -> FlowAgent:
+    """Wrap ``agent`` in a flow agent with these options (or apply them to a flow agent).
+
+    >>> fa = as_flow_agent(some_agent, disallow_transfer_to_parent=True)  # doctest: +SKIP
+    """
+    if isinstance(agent, FlowAgent):
+        if disallow_transfer_to_parent:
+            agent.disallow_transfer_to_parent = True
+        if history_rewriter is not None:
+            agent.history_rewriter = history_rewriter
+        return agent
+    return FlowAgent(agent, disallow_transfer_to_parent=disallow_transfer_to_parent,
+                     history_rewriter=history_rewriter)
+
+
+def set_sub_agents(agent: Agent, sub_agents: Sequence[Agent]) -> FlowAgent:
+    """Make ``sub_agents`` the children of ``agent``; returns the parent's flow agent (D14).
+
+    >>> root = set_sub_agents(triage, [orders, refunds])  # doctest: +SKIP
+    """
+    parent = as_flow_agent(agent)
+    if parent.sub_agents:
+        raise ConfigurationError(f"agent {parent.name!r}: sub-agents have already been set")
+    subs = [as_flow_agent(s) for s in sub_agents]
+    for sub in subs:
+        if sub.parent is not None:
+            raise ConfigurationError(
+                f"agent {sub.name!r} has already been set as a sub-agent of {sub.parent.name!r}")
+    for sub in subs:
+        sub.parent = parent
+    parent.sub_agents = subs
+    return parent

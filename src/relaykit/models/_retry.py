@@ -1,0 +1,244 @@
+"""Retry with exponential backoff, and request helpers shared by the provider adapters.
+
+The adapters switch their SDK's own retries off (``max_retries=0``) so that this module is the
+only retry layer: it retries HTTP 429, 500, 502, 503, 504 and connection errors, waits
+``backoff_base * 2**n`` seconds (with a little jitter, at least ``Retry-After`` when the server
+sends one, at most ``backoff_max``) and, after the last attempt or at once for any other status,
+raises :class:`relaykit.errors.ModelError` naming the provider, the model and the HTTP status.
+
+A stream is retried only when it fails before its first chunk: once a chunk has been handed on,
+retrying would repeat it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from relaykit.errors import ModelError
+from relaykit.messages import Message
+
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "Classifier",
+    "Failure",
+    "Retrier",
+    "RetryPolicy",
+    "error_detail",
+    "is_transport_error",
+    "retry_after_seconds",
+    "split_options",
+]
+
+T = TypeVar("T")
+
+RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A provider call failure as the retry loop sees it.
+
+    ``status`` is the HTTP status, or None for a connection error (``connection=True``) or another
+    SDK error. ``retry_after`` is the server's ``Retry-After`` hint in seconds, if any.
+    """
+
+    status: int | None
+    detail: str
+    retryable: bool
+    retry_after: float | None = None
+    connection: bool = False
+
+    @classmethod
+    def http(cls, status: int, detail: str, retry_after: float | None = None) -> Failure:
+        """A failure with an HTTP status: retryable when the status is in RETRYABLE_STATUSES."""
+        return cls(status, detail, status in RETRYABLE_STATUSES, retry_after)
+
+    @classmethod
+    def connection_error(cls, detail: str) -> Failure:
+        """A connection error or timeout: always retryable."""
+        return cls(None, detail, True, None, True)
+
+    @classmethod
+    def other(cls, detail: str) -> Failure:
+        """Any other SDK error (bad response data...): never retried."""
+        return cls(None, detail, False)
+
+
+Classifier = Callable[[Exception], Failure | None]
+"""Maps an exception to a Failure, or None for an exception that is not the provider's."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to retry: ``max_retries`` retries after the first attempt."""
+
+    max_retries: int = 3
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
+        if self.backoff_base < 0 or self.backoff_max < 0:
+            raise ValueError("backoff_base and backoff_max must be >= 0")
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        wait = self.backoff_base * (2.0**retry) * (1.0 + 0.1 * random.random())
+        if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+            wait = max(wait, retry_after)
+        return min(wait, self.backoff_max)
+
+
+class Retrier:
+    """Runs provider calls with retries and turns their failures into ``ModelError``."""
+
+    def __init__(self, provider: str, model: str, policy: RetryPolicy,
+                 classify: Classifier) -> None:
+        self.provider = provider
+        self.model = model
+        self.policy = policy
+        self.classify = classify
+
+    def error(self, failure: Failure, attempts: int) -> ModelError:
+        """The ModelError reporting ``failure`` after ``attempts`` attempts."""
+        where = f"model {self.model!r}"
+        if failure.status is not None:
+            head = f"{self.provider}: HTTP {failure.status} from {where}"
+        elif failure.connection:
+            head = f"{self.provider}: connection error calling {where}"
+        else:
+            head = f"{self.provider}: error from {where}"
+        if attempts > 1:
+            head += f" (gave up after {attempts} attempts)"
+        return ModelError(f"{head}: {failure.detail}", provider=self.provider,
+                          status=failure.status)
+
+    async def _backoff_or_raise(self, exc: Exception, retry: int) -> None:
+        """Sleep before retry number ``retry``, or raise the final error for ``exc``."""
+        failure = self.classify(exc)
+        if failure is None:
+            raise exc
+        if not failure.retryable or retry >= self.policy.max_retries:
+            raise self.error(failure, retry + 1) from exc
+        await asyncio.sleep(self.policy.delay(retry, failure.retry_after))
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Await ``fn()``, retrying retryable failures."""
+        retry = 0
+        while True:
+            try:
+                return await fn()
+            except Exception as exc:
+                await self._backoff_or_raise(exc, retry)
+            retry += 1
+
+    async def stream(self, open_chunks: Callable[[], AsyncIterator[Message]]
+                     ) -> AsyncIterator[Message]:
+        """Yield the chunks of ``open_chunks()``, retrying only before the first chunk."""
+        retry = 0
+        while True:
+            chunks = open_chunks()
+            try:
+                first = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                await _aclose(chunks)
+                await self._backoff_or_raise(exc, retry)
+                retry += 1
+                continue
+            break
+        try:
+            yield first
+            while True:
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    return
+                except Exception as exc:
+                    failure = self.classify(exc)
+                    if failure is None:
+                        raise
+                    raise self.error(failure, retry + 1) from exc
+                yield chunk
+        finally:
+            await _aclose(chunks)
+
+
+async def _aclose(iterator: AsyncIterator[Message]) -> None:
+    closer = getattr(iterator, "aclose", None)
+    if closer is not None:
+        with contextlib.suppress(Exception):
+            await closer()
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """The ``retry-after-ms`` / ``retry-after`` (seconds) header value, if present and valid."""
+    if headers is None:
+        return None
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            continue
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    return None
+
+
+_TRANSPORT_ERROR_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError"})
+_HTTP_LIBRARIES = frozenset({"httpx", "httpx2", "httpcore", "httpcore2"})
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """True for connection-level failures: OSError or an httpx/httpx2/httpcore transport error."""
+    if isinstance(exc, OSError):  # TimeoutError and ConnectionError included
+        return True
+    return any(cls.__name__ in _TRANSPORT_ERROR_NAMES
+               and cls.__module__.split(".")[0] in _HTTP_LIBRARIES
+               for cls in type(exc).__mro__)
+
+
+def error_detail(body: object, fallback: str) -> str:
+    """The human-readable error text of an error response body (``{"error": {"message"}}``)."""
+    if isinstance(body, Mapping):
+        inner = body.get("error", body)
+        if isinstance(inner, Mapping):
+            message = inner.get("message")
+            if isinstance(message, str) and message:
+                return message
+        elif isinstance(inner, str) and inner:
+            return inner
+    elif isinstance(body, str) and body.strip():
+        return body.strip()
+    return fallback
+
+
+def split_options(fn: Callable[..., Any], options: Mapping[str, Any]
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split ``options`` into keyword arguments ``fn`` accepts and the rest (for ``extra_body``).
+
+    Lets callers pass provider options the installed SDK version does not name (``top_k`` for a
+    vLLM server, say): they are sent in the request body as they are.
+    """
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return dict(options), {}
+    known: dict[str, Any] = {}
+    extra: dict[str, Any] = {}
+    for key, value in options.items():
+        (known if key in params else extra)[key] = value
+    return known, extra

@@ -1,0 +1,152 @@
+"""Deterministic transfer: hand control to fixed agents when the wrapped agent finishes."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relaykit._aio import closing
+from relaykit.agent import Agent, AgentInput
+from relaykit.codec import register_type
+from relaykit.context import RecordedEvent, RunContext, RunHistory
+from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
+from relaykit.flow import FlowAgent
+from relaykit.interrupts import ResumeInfo, composite_interrupt
+
+__all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
+
+
+@register_type("relaykit.DeterministicTransferState")
+@dataclass(slots=True)
+class DeterministicTransferState:
+    """What a wrapper around a flow agent saves when it interrupts: the isolated history."""
+
+    events: list[AgentEvent] = field(default_factory=list)
+
+
+async def _finished_normally(last: AgentEvent | None) -> bool:
+    """D1: no transfer after an exit, an interrupt or an error (a stream ending in one too)."""
+    if last is None:
+        return True
+    if last.error is not None:
+        return False
+    a = last.action
+    if a is not None and (a.interrupted is not None or a.exit):
+        return False
+    out = last.output
+    if out is not None and out.stream is not None:
+        try:
+            await out.stream.collect()
+        except Exception:
+            return False
+    return True
+
+
+def _transfer_events(names: Sequence[str]) -> list[AgentEvent]:
+    events: list[AgentEvent] = []
+    for name in names:
+        call, result = transfer_messages(name)
+        events.append(AgentEvent.from_message(call, role="assistant"))
+        ev = AgentEvent.from_message(result, role="tool", tool_name=result.tool_name)
+        ev.action = AgentAction(transfer_to_agent=TransferToAgentAction(name))
+        events.append(ev)
+    return events
+
+
+class _DeterministicTransfer:
+    """Runs ``agent``, then appends a transfer pair for each of ``to_agent_names``."""
+
+    def __init__(self, agent: Agent, to_agent_names: Sequence[str]) -> None:
+        self.agent = agent
+        self.name: str = agent.name
+        self.description: str = agent.description
+        self.to_agent_names = list(to_agent_names)
+
+    def __repr__(self) -> str:
+        return f"with_deterministic_transfer({self.agent!r}, {self.to_agent_names!r})"
+
+    def run(self, ctx: RunContext, input: AgentInput,
+            **options: Any) -> AsyncIterator[AgentEvent]:
+        """Run the wrapped agent (a flow agent in an isolated run history) and transfer."""
+        if isinstance(self.agent, FlowAgent):
+            return self._isolated(ctx, [], lambda c: self.agent.run(c, input, **options))
+        # The inner agent never learns the tree it sits in: the wrapper transfers for it.
+        return self._forward(self.agent.run(ctx.derive(flow=None), input, **options))
+
+    async def _forward(self, gen: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+        last: AgentEvent | None = None
+        try:
+            async with closing(gen):
+                async for ev in gen:
+                    last = ev
+                    yield ev
+        except Exception as exc:
+            yield AgentEvent(error=exc)
+            return
+        if await _finished_normally(last):
+            for ev in _transfer_events(self.to_agent_names):
+                yield ev
+
+    async def _isolated(self, ctx: RunContext, saved: list[AgentEvent],
+                        start: Any) -> AsyncIterator[AgentEvent]:
+        """DT-09: the flow agent sees the root input and its own history, shares the values;
+        its events are recorded into the parent history too (once, here)."""
+        isolated = RunHistory(ctx.history.values, [RecordedEvent(e) for e in saved])
+        parent = ctx.history
+        last: AgentEvent | None = None
+        try:
+            gen = start(ctx.derive(history=isolated))
+            async with closing(gen):
+                async for ev in gen:
+                    a = ev.action
+                    if a is None or a.interrupted is None:
+                        parent.record(ev)
+                    last = ev
+                    if a is not None and a.signal is not None:
+                        continue  # becomes the composite interrupt below
+                    yield ev
+        except Exception as exc:
+            yield AgentEvent(error=exc)
+            return
+        if last is not None and last.action is not None and last.action.signal is not None:
+            state = DeterministicTransferState([r.event for r in isolated.events])
+            yield composite_interrupt(ctx, "deterministic transfer wrapper interrupted", state,
+                                      last)
+            return
+        if await _finished_normally(last):
+            for ev in _transfer_events(self.to_agent_names):
+                yield ev
+
+
+class _ResumableDeterministicTransfer(_DeterministicTransfer):
+    """The wrapper of a resumable agent: its resume also appends the transfers (DT-08)."""
+
+    def resume(self, ctx: RunContext, info: ResumeInfo,
+               **options: Any) -> AsyncIterator[AgentEvent]:
+        """Resume the wrapped agent, then transfer."""
+        agent = self.agent
+        if isinstance(agent, FlowAgent):
+            state = info.interrupt_state
+            if not isinstance(state, DeterministicTransferState):
+                return _error("invalid interrupt state for flowAgent resume in deterministic "
+                              f"transfer: got {type(state).__name__}")
+            return self._isolated(ctx, state.events, lambda c: agent.resume(c, info, **options))
+        return self._forward(agent.resume(ctx.derive(flow=None), info, **options))  # type: ignore[attr-defined]
+
+
+async def _error(message: str) -> AsyncIterator[AgentEvent]:
+    from relaykit.errors import ConfigurationError
+
+    yield AgentEvent(error=ConfigurationError(message))
+
+
+def with_deterministic_transfer(agent: Agent, to_agent_names: Sequence[str]) -> Agent:
+    """Wrap ``agent`` so that, when it finishes normally, control goes to ``to_agent_names``
+    in order (a chain, D3). The result is resumable exactly when ``agent`` is.
+
+    >>> worker = with_deterministic_transfer(worker, ["supervisor"])  # doctest: +SKIP
+    """
+    if hasattr(agent, "resume"):
+        return _ResumableDeterministicTransfer(agent, to_agent_names)
+    return _DeterministicTransfer(agent, to_agent_names)
