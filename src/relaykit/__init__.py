@@ -3,11 +3,20 @@
 Everything in the public API is importable from here (``import relaykit as rk``).
 """
 
-from relaykit import errors
+from relaykit import errors, models
 from relaykit.agent import Agent, AgentInput, BaseAgent, ResumableAgent
+from relaykit.agents import (
+    AgentTool,
+    ChatModelAgent,
+    LoopAgent,
+    ParallelAgent,
+    SequentialAgent,
+    Supervisor,
+)
 from relaykit.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from relaykit.codec import register_type
 from relaykit.context import RunContext
+from relaykit.errors import ToolError
 from relaykit.events import (
     AgentAction,
     AgentEvent,
@@ -35,7 +44,9 @@ from relaykit.interrupts import (
     stateful_interrupt,
 )
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
+from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
 from relaykit.runner import Runner
+from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, tool
 from relaykit.transfer import with_deterministic_transfer
 
 __all__ = [
@@ -45,33 +56,50 @@ __all__ = [
     "AgentEvent",
     "AgentInput",
     "AgentOutput",
+    "AgentTool",
     "BaseAgent",
     "Blob",
     "BreakLoopAction",
+    "ChatModel",
+    "ChatModelAgent",
     "CheckpointStore",
     "FlowAgent",
+    "FunctionTool",
     "HistoryEntry",
     "HistoryRewriter",
     "InMemoryCheckpointStore",
     "InterruptContext",
     "InterruptInfo",
+    "LoopAgent",
     "Message",
     "MessageStream",
+    "ModelRequest",
+    "ParallelAgent",
     "ResumableAgent",
     "ResumeInfo",
     "RunContext",
     "RunPath",
     "RunStep",
     "Runner",
+    "ScriptedModel",
+    "SequentialAgent",
+    "Supervisor",
+    "Tool",
     "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolInterrupt",
+    "ToolSpec",
     "TransferToAgentAction",
     "as_flow_agent",
     "composite_interrupt",
     "errors",
     "interrupt",
+    "models",
     "register_type",
     "set_sub_agents",
     "stateful_interrupt",
+    "tool",
     "transfer_messages",
     "with_deterministic_transfer",
 ]

@@ -50,9 +50,12 @@ def validate_tree(root: Any) -> None:
             if targets:
                 transfers.setdefault(name, []).extend(targets)
         here = (*path, *(id(layer) for layer in layers))
+        children: dict[int, Any] = {}
         for layer in layers:
             for sub in getattr(layer, "sub_agents", None) or ():
-                visit(sub, here, depth + 1)
+                children.setdefault(id(sub), sub)
+        for sub in children.values():
+            visit(sub, here, depth + 1)
 
     visit(root, (), 0)
     _check_transfer_cycles(transfers)

@@ -1,9 +1,10 @@
 """A scripted loopback HTTP server that the real provider SDKs talk to.
 
-Tests import nothing from here: they use the ``server`` fixture (``enqueue_json``,
-``enqueue_sse``, ``requests``, ``bodies``). The server (Starlette run by uvicorn on 127.0.0.1, random port, background thread) records every
-request and answers from a per-test queue of ``Reply`` objects: JSON bodies, server-sent event
-streams and error statuses, so each test speaks the provider's wire protocol over real HTTP.
+The server (Starlette run by uvicorn on 127.0.0.1, random port, background thread) records every
+request and answers from a per-test queue: JSON bodies, server-sent event streams and error
+statuses, so each test speaks the provider's wire protocol over real HTTP. Tests import nothing
+from here: they use the ``server`` fixture (``enqueue_json``, ``enqueue_sse``, ``requests``,
+``bodies``).
 """
 
 from __future__ import annotations

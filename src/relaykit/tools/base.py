@@ -9,6 +9,7 @@ from relaykit.models.base import ToolSpec
 if TYPE_CHECKING:
     from relaykit.context import RunContext
     from relaykit.events import AgentAction
+    from relaykit.messages import Message
 
 __all__ = ["Tool", "ToolContext"]
 
@@ -21,7 +22,7 @@ class ToolContext:
     tell a tool that interrupted earlier what happened since.
     """
 
-    __slots__ = ("action", "interrupt_state", "is_resume_target", "resume_data", "run_context",
+    __slots__ = ("action", "chat_history", "interrupt_state", "is_resume_target", "resume_data", "run_context",
                  "tool_call_id", "tool_name", "was_interrupted")
 
     def __init__(self, run_context: RunContext, tool_name: str, tool_call_id: str, *,
@@ -35,6 +36,8 @@ class ToolContext:
         self.is_resume_target = is_resume_target
         self.resume_data = resume_data
         self.action: AgentAction | None = None
+        # The calling agent's conversation before this call (AgentTool's full-history input).
+        self.chat_history: list[Message] = []
 
     def set_action(self, action: AgentAction) -> None:
         """Attach ``action`` to this call's tool-result event (like Eino's SendToolGenAction)."""

@@ -1,0 +1,9 @@
+"""Prebuilt agents: the chat-model agent, agent-as-tool, workflows and the supervisor."""
+
+from relaykit.agents.agent_tool import AgentTool
+from relaykit.agents.chat import ChatModelAgent
+from relaykit.agents.supervisor import Supervisor
+from relaykit.agents.workflows import LoopAgent, ParallelAgent, SequentialAgent
+
+__all__ = ["AgentTool", "ChatModelAgent", "LoopAgent", "ParallelAgent", "SequentialAgent",
+           "Supervisor"]

@@ -1,0 +1,131 @@
+"""AgentTool: an agent used as a tool, with its own run history and checkpoint scope (§8)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from relaykit._aio import closing
+from relaykit.agent import Agent, AgentInput
+from relaykit.codec import register_type
+from relaykit.context import RecordedEvent, RunContext, RunHistory
+from relaykit.errors import ConfigurationError, ToolError
+from relaykit.events import AgentEvent, transfer_messages
+from relaykit.flow import FlowAgent, as_flow_agent, rewrite_message
+from relaykit.interrupts import InterruptInfo, ResumeInfo
+from relaykit.messages import Message
+from relaykit.models.base import ToolSpec
+from relaykit.runner import Checkpoint, build_checkpoint
+from relaykit.tools.base import ToolContext
+from relaykit.tools.function import ToolInterrupt
+
+__all__ = ["AgentTool", "AgentToolState"]
+
+_DEFAULT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"request": {"type": "string", "description": "request to be processed"}},
+    "required": ["request"],
+}
+
+
+@register_type("relaykit.AgentToolState")
+@dataclass(slots=True)
+class AgentToolState:
+    """What an interrupted agent tool saves: the inner run's checkpoint."""
+
+    checkpoint: Checkpoint
+
+
+class AgentTool:
+    """An agent as a tool: the inner agent runs with its own history (sharing session values);
+    its exit / transfer / break-loop stay inside; its interrupts surface through the tool.
+
+    >>> research = AgentTool(researcher)  # doctest: +SKIP
+    >>> lead = ChatModelAgent("lead", model=m, tools=[research])  # doctest: +SKIP
+    """
+
+    def __init__(self, agent: Agent, full_chat_history_as_input: bool = False,
+                 input_schema: dict[str, Any] | None = None) -> None:
+        if not agent.name:
+            raise ConfigurationError("agent tool requires an agent with a non-empty name")
+        if not agent.description:
+            raise ConfigurationError(
+                f"agent tool requires a non-empty description (agent {agent.name!r})")
+        self.agent = agent
+        self.full_chat_history_as_input = full_chat_history_as_input
+        self.input_schema = input_schema
+        self._flow: FlowAgent = agent if isinstance(agent, FlowAgent) else as_flow_agent(agent)
+        self._spec = ToolSpec(agent.name, agent.description,
+                              input_schema if input_schema is not None else _DEFAULT_PARAMETERS)
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Named and described like the agent; parameters ``{"request": string}`` by default."""
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"AgentTool({self.agent!r})"
+
+    def _input(self, ctx: ToolContext, arguments: dict[str, Any]) -> list[Message]:
+        if self.full_chat_history_as_input:
+            caller = ctx.run_context.run_path[-1].agent_name if ctx.run_context.run_path else ""
+            out: list[Message] = []
+            for msg in ctx.chat_history:
+                if msg.role == "system":
+                    continue
+                out.append(msg if msg.role == "user" else rewrite_message(msg, caller))
+            out.extend(rewrite_message(m, caller) for m in transfer_messages(self.agent.name))
+            return out
+        if self.input_schema is not None:
+            return [Message.user(json.dumps(arguments, ensure_ascii=False))]
+        request = arguments.get("request")
+        if not isinstance(request, str):
+            raise ToolError(f"agent tool '{self.agent.name}' needs a string argument 'request'")
+        return [Message.user(request)]
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+        """Run (or resume) the inner agent; the result is the text of its last message."""
+        outer = ctx.run_context
+        streaming = outer.root_input.enable_streaming if outer.root_input else False
+        state = ctx.interrupt_state if ctx.was_interrupted else None
+        if isinstance(state, AgentToolState):
+            cp = state.checkpoint
+            history = RunHistory(outer.history.values, [RecordedEvent(e) for e in cp.events])
+            inner = RunContext(address=outer.address, history=history, root_input=cp.root_input,
+                               options=outer.options, resume_state=outer.resume_state,
+                               extras=outer.extras)
+            if outer.resume_state is not None:
+                outer.resume_state.flow_pending.update(dict(cp.flow_pending))
+            info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data,
+                                                                 cp.contexts()))
+            gen = self._flow.resume(inner, info)
+        elif ctx.was_interrupted:
+            raise ToolError(f"agent tool '{self.agent.name}' was interrupted, but its "
+                            "interrupt state is missing")
+        else:
+            root_input = AgentInput(self._input(ctx, arguments), streaming)
+            inner = RunContext(address=outer.address, history=RunHistory(outer.history.values),
+                               root_input=root_input, options=outer.options,
+                               resume_state=outer.resume_state, extras=outer.extras)
+            gen = self._flow.run(inner, root_input)
+        return await self._consume(inner, gen)
+
+    async def _consume(self, inner: RunContext, gen: AsyncIterator[AgentEvent]) -> Any:
+        last: AgentEvent | None = None
+        async with closing(gen):
+            async for ev in gen:
+                if ev.error is not None:
+                    raise ev.error
+                last = ev
+                action = ev.action
+                if action is not None and action.signal is not None:
+                    cp = build_checkpoint(inner, action.signal, action.interrupted,
+                                          action.flow_pending)
+                    raise ToolInterrupt("agent tool interrupt", AgentToolState(cp),
+                                        sub_interrupts=(action.signal,))
+        if last is None:
+            raise ToolError(f"agent tool '{self.agent.name}' returned no event")
+        message = await last.output.get_message() if last.output is not None else None
+        return message.content if message is not None else ""

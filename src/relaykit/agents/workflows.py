@@ -1,0 +1,257 @@
+"""Workflow agents: sequential, parallel and loop (eino-reference §9, D7, D17)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from relaykit._aio import closing
+from relaykit.agent import Agent, AgentInput
+from relaykit.codec import register_type
+from relaykit.context import RecordedEvent, RunContext
+from relaykit.errors import ConfigurationError
+from relaykit.events import AgentEvent
+from relaykit.flow import FlowAgent, as_flow_agent
+from relaykit.interrupts import ResumeInfo, composite_interrupt
+
+__all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "SequentialAgent",
+           "SequentialState"]
+
+Mode = Literal["sequential", "parallel", "loop"]
+
+
+@register_type("relaykit.SequentialState")
+@dataclass(slots=True)
+class SequentialState:
+    """Where a sequential workflow was interrupted."""
+
+    index: int
+
+
+@register_type("relaykit.LoopState")
+@dataclass(slots=True)
+class LoopState:
+    """Where a loop workflow was interrupted: iteration and sub-agent index."""
+
+    iteration: int
+    index: int
+
+
+@register_type("relaykit.ParallelState")
+@dataclass(slots=True)
+class ParallelState:
+    """A parallel workflow's interrupted branches and every branch's events so far."""
+
+    lane_events: dict[str, list[AgentEvent]] = field(default_factory=dict)
+    interrupted: list[str] = field(default_factory=list)
+
+
+def _signal_of(ev: AgentEvent | None) -> Any:
+    return ev.action.signal if ev is not None and ev.action is not None else None
+
+
+class _Workflow:
+    """The agent a workflow's flow agent wraps: runs the sub-agents in its mode."""
+
+    def __init__(self, name: str, description: str, mode: Mode, max_iterations: int) -> None:
+        self.name = name
+        self.description = description
+        self.mode = mode
+        self.max_iterations = max_iterations
+        self.sub_agents: list[FlowAgent] = []
+
+    def run(self, ctx: RunContext, input: AgentInput,
+            **options: Any) -> AsyncIterator[AgentEvent]:
+        if self.mode == "parallel":
+            return self._parallel(ctx, None, options)
+        if self.mode == "loop":
+            return self._sequence(ctx, 0, 0, None, options)
+        return self._sequence(ctx, 0, 0, None, options)
+
+    def resume(self, ctx: RunContext, info: ResumeInfo,
+               **options: Any) -> AsyncIterator[AgentEvent]:
+        state = info.interrupt_state
+        if isinstance(state, SequentialState) and self.mode == "sequential":
+            return self._sequence(ctx, 0, state.index, info, options)
+        if isinstance(state, LoopState) and self.mode == "loop":
+            return self._sequence(ctx, state.iteration, state.index, info, options)
+        if isinstance(state, ParallelState) and self.mode == "parallel":
+            return self._parallel(ctx, (state, info), options)
+        return _error(ConfigurationError(
+            f"workflow {self.name!r} ({self.mode}) cannot resume from an interrupt state of "
+            f"type {type(state).__name__}"))
+
+    async def _sequence(self, ctx: RunContext, start_iter: int, start_index: int,
+                        resume: ResumeInfo | None,
+                        options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        loop = self.mode == "loop"
+        subs = self.sub_agents
+        iteration = start_iter
+        index = start_index
+        while subs and (not loop or self.max_iterations <= 0 or iteration < self.max_iterations):
+            while index < len(subs):
+                sub = subs[index]
+                if resume is not None:
+                    gen, resume = sub.resume(ctx, resume, **options), None
+                else:
+                    gen = sub.run(ctx, None, **options)
+                last: AgentEvent | None = None
+                broke = False
+                async with closing(gen):
+                    async for ev in gen:
+                        if ev.error is not None:
+                            yield ev
+                            return  # D17: an error stops the workflow
+                        last = ev
+                        action = ev.action
+                        if action is None:
+                            yield ev
+                            continue
+                        if action.signal is not None:
+                            continue  # becomes this workflow's composite interrupt
+                        brk = action.break_loop
+                        if loop and brk is not None and not brk.done:
+                            brk.done = True
+                            brk.current_iterations = iteration
+                            broke = True
+                        yield ev
+                if last is not None and last.action is not None:
+                    if last.action.signal is not None:
+                        state: Any = (LoopState(iteration, index) if loop
+                                      else SequentialState(index))
+                        label = "Loop" if loop else "Sequential"
+                        yield composite_interrupt(ctx, f"{label} workflow interrupted", state,
+                                                  last)
+                        return
+                    if last.action.exit:
+                        return
+                if broke:
+                    return
+                index += 1
+            if not loop:
+                return
+            index = 0
+            iteration += 1
+
+    async def _parallel(self, ctx: RunContext, resume: tuple[ParallelState, ResumeInfo] | None,
+                        options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+        subs = self.sub_agents
+        if not subs:
+            return
+        lanes = [ctx.history.fork() for _ in subs]
+        to_resume: set[str] = set()
+        info: ResumeInfo | None = None
+        if resume is not None:
+            state, info = resume
+            to_resume = set(state.interrupted)
+            for sub, lane in zip(subs, lanes, strict=True):
+                lane.events.extend(RecordedEvent(e) for e in state.lane_events.get(sub.name, []))
+        queue: asyncio.Queue[tuple[int, AgentEvent | None]] = asyncio.Queue()
+
+        async def branch(i: int, sub: FlowAgent) -> None:
+            lane_ctx = ctx.derive(history=lanes[i])
+            if resume is not None:
+                if sub.name not in to_resume:
+                    await queue.put((i, None))
+                    return
+                assert info is not None
+                gen = sub.resume(lane_ctx, info, **options)
+            else:
+                gen = sub.run(lane_ctx, None, **options)
+            try:
+                async with closing(gen):
+                    async for ev in gen:
+                        await queue.put((i, ev))
+            except Exception as exc:
+                await queue.put((i, AgentEvent(sub.name, lane_ctx.run_path, error=exc)))
+            await queue.put((i, None))
+
+        tasks = [asyncio.ensure_future(branch(i, sub)) for i, sub in enumerate(subs)]
+        interrupts: dict[int, AgentEvent] = {}
+        try:
+            running = len(tasks)
+            while running:
+                i, ev = await queue.get()
+                if ev is None:
+                    running -= 1
+                    continue
+                if _signal_of(ev) is not None:
+                    interrupts[i] = ev
+                    continue
+                if i in interrupts:
+                    continue  # a lane's events after its interrupt are dropped
+                yield ev
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if interrupts:
+            state = ParallelState({sub.name: [r.event for r in lane.events]
+                                   for sub, lane in zip(subs, lanes, strict=True)},
+                                  [subs[i].name for i in sorted(interrupts)])
+            yield composite_interrupt(ctx, "Parallel workflow interrupted", state,
+                                      *(interrupts[i] for i in sorted(interrupts)))
+            return
+        joined = sorted((r for lane in lanes for r in lane.events), key=lambda r: r.seq)
+        ctx.history.events.extend(joined)
+
+
+async def _error(exc: Exception) -> AsyncIterator[AgentEvent]:
+    yield AgentEvent(error=exc)
+
+
+class _WorkflowAgent(FlowAgent):
+    """A flow agent whose agent is a workflow over its sub-agents."""
+
+    builds_own_input = True
+    mode: Mode = "sequential"
+
+    def __init__(self, name: str, sub_agents: Sequence[Agent], description: str = "",
+                 max_iterations: int = 0) -> None:
+        workflow = _Workflow(name, description, self.mode, max_iterations)
+        super().__init__(workflow)
+        subs = [as_flow_agent(s, disallow_transfer_to_parent=True) for s in sub_agents]
+        for sub in subs:
+            if sub.parent is not None:
+                raise ConfigurationError(
+                    f"agent {sub.name!r} has already been set as a sub-agent of "
+                    f"{sub.parent.name!r}")
+        for sub in subs:
+            sub.parent = self
+        self.sub_agents = subs
+        workflow.sub_agents = subs
+        self.max_iterations = max_iterations
+
+
+class SequentialAgent(_WorkflowAgent):
+    """Runs its sub-agents one after another; each sees the earlier ones' output.
+
+    >>> pipeline = SequentialAgent("pipeline", [draft, review])  # doctest: +SKIP
+    """
+
+    mode: Mode = "sequential"
+
+
+class ParallelAgent(_WorkflowAgent):
+    """Runs its sub-agents concurrently, each in its own history lane.
+
+    >>> fan_out = ParallelAgent("research", [web, docs])  # doctest: +SKIP
+    """
+
+    mode: Mode = "parallel"
+
+
+class LoopAgent(_WorkflowAgent):
+    """Runs its sub-agents in order, again and again, until ``max_iterations`` (0 = no limit)
+    or a sub-agent's ``BreakLoopAction``.
+
+    >>> refine = LoopAgent("refine", [writer, critic], max_iterations=3)  # doctest: +SKIP
+    """
+
+    mode: Mode = "loop"
+
+    def __init__(self, name: str, sub_agents: Sequence[Agent], max_iterations: int = 0,
+                 description: str = "") -> None:
+        super().__init__(name, sub_agents, description, max_iterations)

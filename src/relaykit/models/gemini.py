@@ -1,0 +1,290 @@
+"""GeminiModel: the Gemini API through the official ``google-genai`` SDK.
+
+Needs ``pip install 'relaykit[gemini]'``.
+
+Gemini may return function calls without ids: the adapter then gives them ids ``call_<n>``
+(``n`` counts the calls in the conversation, so ids stay unique and are the same on every read)
+and, since Gemini pairs results with calls by name and order, never sends such ids back. Tool
+results are sent as ``function_response`` parts named after the tool (``Message.tool_name``, or
+the name of the call they answer). Gemini's thought signatures, which it needs back with the
+function calls of thinking models, are kept in ``Message.metadata["gemini_thought_signatures"]``
+(call id -> base64 text).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from relaykit.errors import ConfigurationError
+from relaykit.messages import Message, MessageStream, ToolCall
+from relaykit.models._retry import Failure, Retrier, RetryPolicy, is_transport_error
+from relaykit.models.base import ModelRequest, ToolSpec, usage_metadata
+
+__all__ = ["GeminiModel"]
+
+DEFAULT_TIMEOUT = 600.0
+"""Seconds; the longest a request may take."""
+
+SIGNATURES_KEY = "gemini_thought_signatures"
+
+_SYNTHETIC_ID = re.compile(r"call_\d+")
+_OPTION_ALIASES = {"max_tokens": "max_output_tokens", "stop": "stop_sequences"}
+_NO_SDK_RETRIES = types.HttpRetryOptions(attempts=1)
+
+
+class GeminiModel:
+    """A ``ChatModel`` over the Gemini API (``generate_content`` / ``generate_content_stream``).
+
+    ``api_key`` defaults to ``GEMINI_API_KEY`` then ``GOOGLE_API_KEY``; ``base_url`` overrides
+    the endpoint. ``client`` is an existing ``genai.Client``. Failures are retried by relaykit
+    (``max_retries`` retries, exponential backoff from ``backoff_base`` seconds; the SDK's own
+    retries are off) and reported as ``ModelError``. ``default_options`` are
+    ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``; ``max_tokens`` is
+    accepted as an alias); ``ModelRequest.options`` override them; other keys are sent in the
+    request body as they are.
+    """
+
+    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
+                 client: genai.Client | None = None, max_retries: int = 3,
+                 timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
+                 **default_options: Any) -> None:
+        if not model:
+            raise ConfigurationError("gemini: a model name is needed, e.g. "
+                                     "GeminiModel('gemini-2.5-flash')")
+        self.model = model
+        self.provider = "gemini"
+        self.default_options = default_options
+        if client is None:
+            api_key = (api_key or os.environ.get("GEMINI_API_KEY")
+                       or os.environ.get("GOOGLE_API_KEY") or None)
+            if api_key is None:
+                raise ConfigurationError(f"gemini: no API key for model {model!r}; set "
+                                         "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=...")
+            http_options = types.HttpOptions(base_url=base_url, timeout=int(timeout * 1000),
+                                             retry_options=_NO_SDK_RETRIES)
+            client = genai.Client(vertexai=False, api_key=api_key, http_options=http_options)
+        self.client = client
+        self._retrier = Retrier("gemini", model, RetryPolicy(max_retries, backoff_base),
+                                _classify)
+
+    @property
+    def name(self) -> str:
+        """``gemini:model``."""
+        return f"gemini:{self.model}"
+
+    def __repr__(self) -> str:
+        return f"GeminiModel({self.model!r})"
+
+    def _config(self, request: ModelRequest, system: str | None) -> types.GenerateContentConfig:
+        fields: dict[str, Any] = {}
+        extra: dict[str, Any] = {}
+        for key, value in {**self.default_options, **request.options}.items():
+            key = _OPTION_ALIASES.get(key, key)
+            (fields if key in types.GenerateContentConfig.model_fields else extra)[key] = value
+        # Ours is the only retry layer, also with a client passed in.
+        http_options = types.HttpOptions(retry_options=_NO_SDK_RETRIES,
+                                         extra_body=extra or None)
+        fields.setdefault("automatic_function_calling",
+                          types.AutomaticFunctionCallingConfig(disable=True))
+        if system is not None:
+            fields["system_instruction"] = system
+        if request.tools:
+            fields["tools"] = to_gemini_tools(request.tools)
+        return types.GenerateContentConfig(http_options=http_options, **fields)
+
+    def _prepare(self, request: ModelRequest) -> tuple[list[types.Content],
+                                                       types.GenerateContentConfig, int]:
+        system, contents = to_gemini_contents(request.messages)
+        prior_calls = sum(len(m.tool_calls) for m in request.messages)
+        return contents, self._config(request, system), prior_calls
+
+    async def generate(self, request: ModelRequest) -> Message:
+        """Send the request and return the assistant message (usage in metadata)."""
+        contents, config, prior_calls = self._prepare(request)
+
+        async def call() -> Message:
+            response = await self.client.aio.models.generate_content(
+                model=self.model, contents=contents, config=config)
+            reader = _ResponseReader(prior_calls)
+            message = reader.read(response)
+            message.metadata.update(reader.metadata())
+            for tool_call in message.tool_calls:
+                tool_call.index = None  # indexes only order streamed fragments
+            return message
+
+        return await self._retrier.call(call)
+
+    def stream(self, request: ModelRequest) -> MessageStream:
+        """Stream the assistant message: text deltas, function calls, then usage."""
+        contents, config, prior_calls = self._prepare(request)
+        return MessageStream(self._retrier.stream(
+            lambda: self._chunks(contents, config, prior_calls)))
+
+    async def _chunks(self, contents: list[types.Content], config: types.GenerateContentConfig,
+                      prior_calls: int) -> AsyncIterator[Message]:
+        responses = await self.client.aio.models.generate_content_stream(
+            model=self.model, contents=contents, config=config)
+        reader = _ResponseReader(prior_calls)
+        sent = False
+        try:
+            async for response in responses:
+                chunk = reader.read(response)
+                if chunk.content or chunk.tool_calls:
+                    sent = True
+                    yield chunk
+        finally:
+            closer = getattr(responses, "aclose", None)
+            if closer is not None:
+                await closer()
+        metadata = reader.metadata()
+        if metadata or not sent:
+            yield Message("assistant", "", metadata=metadata)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client."""
+        await self.client.aio.aclose()
+
+
+def _classify(exc: Exception) -> Failure | None:
+    if isinstance(exc, genai_errors.APIError):
+        detail = exc.message or str(exc)
+        if isinstance(exc.code, int) and exc.code >= 400:
+            return Failure.http(exc.code, detail)
+        return Failure.other(detail)
+    if is_transport_error(exc):
+        return Failure.connection_error(str(exc) or type(exc).__name__)
+    return None
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+
+def to_gemini_tools(tools: Iterable[ToolSpec]) -> list[types.Tool]:
+    """ToolSpecs as one Gemini ``Tool`` with function declarations (JSON schema parameters)."""
+    declarations = [types.FunctionDeclaration(name=t.name, description=t.description or None,
+                                              parameters_json_schema=t.parameters)
+                    for t in tools]
+    return [types.Tool(function_declarations=declarations)]
+
+
+def _args(arguments: str) -> dict[str, Any]:
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def _real_id(call_id: str | None) -> str | None:
+    """The id to send back: None for ids this adapter made up."""
+    if not call_id or _SYNTHETIC_ID.fullmatch(call_id):
+        return None
+    return call_id
+
+
+def _signature(metadata: Mapping[str, Any], call_id: str) -> bytes | None:
+    signatures = metadata.get(SIGNATURES_KEY)
+    if isinstance(signatures, Mapping) and isinstance(signatures.get(call_id), str):
+        return base64.b64decode(signatures[call_id])
+    return None
+
+
+def to_gemini_contents(messages: Iterable[Message]) -> tuple[str | None, list[types.Content]]:
+    """Our messages as ``(system_instruction, contents)``.
+
+    Roles become user/model; consecutive tool results share one user content of
+    ``function_response`` parts.
+    """
+    system: list[str] = []
+    contents: list[types.Content] = []
+    call_names: dict[str, str] = {}
+    for msg in messages:
+        if msg.role == "system":
+            system.append(msg.content)
+        elif msg.role == "user":
+            parts = [types.Part(text=msg.content)] if msg.content else []
+            parts.extend(types.Part(inline_data=types.Blob(mime_type=b.mime_type, data=b.data))
+                         for b in msg.attachments)
+            if parts:
+                contents.append(types.Content(role="user", parts=parts))
+        elif msg.role == "assistant":
+            parts = [types.Part(text=msg.content)] if msg.content else []
+            for call in msg.tool_calls:
+                call_names[call.id] = call.name
+                parts.append(types.Part(
+                    function_call=types.FunctionCall(id=_real_id(call.id), name=call.name,
+                                                     args=_args(call.arguments)),
+                    thought_signature=_signature(msg.metadata, call.id)))
+            if parts:
+                contents.append(types.Content(role="model", parts=parts))
+        else:
+            name = msg.tool_name or call_names.get(msg.tool_call_id or "", "")
+            part = types.Part(function_response=types.FunctionResponse(
+                id=_real_id(msg.tool_call_id), name=name, response={"output": msg.content}))
+            last = contents[-1] if contents else None
+            if (last is not None and last.role == "user" and last.parts
+                    and all(p.function_response is not None for p in last.parts)):
+                last.parts.append(part)
+            else:
+                contents.append(types.Content(role="user", parts=[part]))
+    return ("\n\n".join(system) if system else None), contents
+
+
+# -- responses --------------------------------------------------------------------------------
+
+
+class _ResponseReader:
+    """Turns (streamed) ``GenerateContentResponse`` objects into messages; ids stay unique."""
+
+    def __init__(self, prior_calls: int) -> None:
+        self.next_call = prior_calls
+        self.index = 0
+        self.signatures: dict[str, str] = {}
+        self.usage: types.GenerateContentResponseUsageMetadata | None = None
+
+    def read(self, response: types.GenerateContentResponse) -> Message:
+        if response.usage_metadata is not None:
+            self.usage = response.usage_metadata
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        candidate = response.candidates[0] if response.candidates else None
+        parts = candidate.content.parts if candidate and candidate.content else None
+        for part in parts or []:
+            if part.function_call is not None:
+                calls.append(self._call(part))
+            elif part.text and not part.thought:
+                texts.append(part.text)
+        return Message("assistant", "".join(texts), calls)
+
+    def _call(self, part: types.Part) -> ToolCall:
+        fc = part.function_call
+        assert fc is not None
+        call_id = fc.id or f"call_{self.next_call}"
+        self.next_call += 1
+        if part.thought_signature:
+            self.signatures[call_id] = base64.b64encode(part.thought_signature).decode("ascii")
+        call = ToolCall(call_id, fc.name or "", json.dumps(fc.args or {}), self.index)
+        self.index += 1
+        return call
+
+    def metadata(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {}
+        if self.usage is not None:
+            output = self.usage.candidates_token_count
+            if self.usage.thoughts_token_count:
+                output = (output or 0) + self.usage.thoughts_token_count
+            metadata.update(usage_metadata(self.usage.prompt_token_count, output))
+        if self.signatures:
+            metadata[SIGNATURES_KEY] = dict(self.signatures)
+        return metadata
