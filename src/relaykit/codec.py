@@ -8,6 +8,7 @@ Values of registered dataclasses and pydantic models are saved as ``{"__type__":
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -230,10 +231,8 @@ async def materialize_streams(value: Any, _seen: set[int] | None = None) -> None
         return
     seen.add(id(value))
     if isinstance(value, MessageStream):
-        try:
+        with contextlib.suppress(Exception):
             await value.collect()
-        except Exception:
-            pass
         return
     if isinstance(value, dict):
         for v in value.values():

@@ -162,9 +162,9 @@ class FlowAgent:
             if sub.name == name:
                 return sub
         parent = self.parent
-        if parent is not None and parent.name == name:
-            if for_resume or not self.disallow_transfer_to_parent:
-                return parent
+        if (parent is not None and parent.name == name
+                and (for_resume or not self.disallow_transfer_to_parent)):
+            return parent
         return None
 
     def _enter(self, ctx: RunContext) -> RunContext:
@@ -176,118 +176,93 @@ class FlowAgent:
         return child
 
     # -- run -------------------------------------------------------------------------------
-    async def run(self, ctx: RunContext, input: AgentInput | None = None,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(self, ctx: RunContext, input: AgentInput | None = None,
+            **options: Any) -> AsyncIterator[AgentEvent]:
         """Run the wrapped agent on the history built for it, then act on its last action."""
         child = self._enter(ctx)
         if not ctx.run_path and input is not None:
             child.root_input = input
-        try:
-            if self.builds_own_input:
-                agent_input = input if input is not None else AgentInput()
-            else:
-                agent_input = await self.build_input(child)
-            gen = self.agent.run(child, agent_input, **options)
-        except Exception as exc:
-            yield AgentEvent(self.name, child.run_path, error=exc)
-            return
-        async with closing(self._drive(child, gen, options)) as events:
-            async for ev in events:
-                yield ev
+        return self._drive(child, self._start_run, input, options)
 
-    async def resume(self, ctx: RunContext, info: ResumeInfo,
-                     **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(self, ctx: RunContext, info: ResumeInfo,
+               **options: Any) -> AsyncIterator[AgentEvent]:
         """Continue an interrupted run: resume the agent itself, or pass the resume down."""
-        child = self._enter(ctx)
-        state = ctx.resume_state
+        return self._drive(self._enter(ctx), self._start_resume, info, options)
+
+    async def _start_run(self, child: RunContext, input: Any,
+                         options: dict[str, Any]) -> tuple[AsyncIterator[AgentEvent], None]:
+        if self.builds_own_input:
+            agent_input = input if input is not None else AgentInput()
+        else:
+            agent_input = await self.build_input(child)
+        return self.agent.run(child, agent_input, **options), None
+
+    async def _start_resume(self, child: RunContext, info: Any, options: dict[str, Any]
+                            ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None]:
+        state = child.resume_state
         if state is None:
-            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
-                f"failed to resume agent {self.name!r}: the run has no resume information"))
-            return
+            raise ConfigurationError(
+                f"failed to resume agent {self.name!r}: the run has no resume information")
         mine = state.claim(child.address, info)
         child.resume_info = mine
         if mine.was_interrupted:
             resume = getattr(self.agent, "resume", None)
             if resume is None:
-                yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
+                raise ConfigurationError(
                     f"failed to resume agent: agent '{self.name}' is an interrupt point but is "
-                    "not a ResumableAgent"))
-                return
-            try:
-                gen = resume(child, mine, **options)
-            except Exception as exc:
-                yield AgentEvent(self.name, child.run_path, error=exc)
-                return
-            async with closing(self._drive(child, gen, options)) as events:
-                async for ev in events:
-                    yield ev
-            return
-        async with closing(self._resume_below(child, info, options)) as events:
-            async for ev in events:
-                yield ev
-
-    async def _resume_below(self, child: RunContext, info: ResumeInfo,
-                            options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
-        state = child.resume_state
-        assert state is not None
+                    "not a ResumableAgent")
+            return resume(child, mine, **options), None
         names = state.next_points(child.address)
-        error: str | None = None
         if not names:
-            error = "no child agents leading to interrupted agent were found"
-        elif len(names) > 1:
-            error = ("agent has multiple child agents leading to interruption, but concurrent "
-                     "transfer is not supported")
-        if error is not None:
-            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
-                f"failed to resume agent '{self.name}': {error}"))
-            return
-        sub = self.find_target(names[0], for_resume=True)
+            raise ConfigurationError(f"failed to resume agent '{self.name}': no child agents "
+                                     "leading to interrupted agent were found")
+        if len(names) > 1:
+            raise ConfigurationError(
+                f"failed to resume agent '{self.name}': agent has multiple child agents leading "
+                "to interruption, but concurrent transfer is not supported")
         pending = state.flow_pending.pop(child.address, None)
+        sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
-            gen = sub.resume(child, info, **options)
-        elif not self.sub_agents and hasattr(self.agent, "resume"):
-            gen = self.agent.resume(child, info, **options)  # a wrapper around a tree
-        else:
-            yield AgentEvent(self.name, child.run_path, error=ConfigurationError(
-                f"failed to resume agent: sub-agent '{names[0]}' not found in agent "
-                f"'{self.name}'"))
-            return
-        last: AgentEvent | None = None
-        async with closing(gen):
-            async for ev in gen:
-                last = ev
-                yield self._with_pending(child, ev, pending)
-        if isinstance(pending, PendingChain) and not _stops_chain(last):
-            async with closing(self._chain(child, pending.targets, pending.groups,
-                                            options)) as events:
-                async for ev in events:
-                    yield ev
+            return sub.resume(child, info, **options), pending
+        if not self.sub_agents and hasattr(self.agent, "resume"):
+            return self.agent.resume(child, info, **options), pending  # a wrapper of a tree
+        raise ConfigurationError(f"failed to resume agent: sub-agent '{names[0]}' not found in "
+                                 f"agent '{self.name}'")
 
     # -- the run loop ----------------------------------------------------------------------
-    async def _drive(self, ctx: RunContext, gen: AsyncIterator[AgentEvent],
+    async def _drive(self, ctx: RunContext, start: Any, arg: Any,
                      options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
-        """Stamp, record and forward the agent's events; then act on its last own action."""
+        """Stamp, record and forward the agent's events; then act on its last own action
+        (or, after a resume passed down, continue the transfer chain saved for this agent)."""
         name, path, history = self.name, ctx.run_path, ctx.history
+        try:
+            gen, pending = await start(ctx, arg, options)
+        except Exception as exc:
+            yield AgentEvent(name, path, error=exc)
+            return
         tail: list[AgentEvent] = []  # the trailing transfer run so far (own events)
         delivered = 0  # how many events of ``tail`` were delivered
         holding = False  # after the first transfer action, later transfer events are held
+        last: AgentEvent | None = None
         try:
             async with closing(gen):
                 async for ev in gen:
-                    if ev.run_path:
-                        yield ev  # a nested agent's event: stamped and recorded below us
+                    last = ev
+                    if ev.run_path:  # a nested agent's event: stamped and recorded below us
+                        if pending is not None:
+                            ev = self._with_pending(ctx, ev, pending)
+                        yield ev
                         continue
                     ev = AgentEvent(name, path, ev.output, ev.action, ev.error, ev.state_delta)
                     action = ev.action
-                    if (holding and await _is_transfer_like(ev)) or (
-                            not holding and _maybe_transfer_like(ev)):
+                    if (await _is_transfer_like(ev)) if holding else _maybe_transfer_like(ev):
                         tail.append(ev)
                         if holding:
                             continue
                         delivered = len(tail)
                         if _transfer_dest(ev) is not None:
                             holding = True
-                    else:
+                    elif tail:
                         for held in tail[delivered:]:
                             history.record(held)
                             yield held
@@ -302,59 +277,56 @@ class FlowAgent:
             history.record(err)
             yield err
             return
-        if not holding:
-            return  # no transfer action at the end: exit, interrupt or plain completion
-        # Streams in the tail are complete now: drop a prefix that is not transfer-like.
-        start = 0
-        for i in range(delivered):
-            if not await _is_transfer_like(tail[i]):
-                start = i + 1
-        groups = _split_groups(tail[start:])
-        first_events, first_targets = groups[0]
-        for held in tail[delivered:start + len(first_events)]:
-            history.record(held)
-            yield held
-        async with closing(self._chain(ctx, first_targets, groups[1:], options)) as events:
-            async for ev in events:
-                yield ev
-
-    async def _chain(self, ctx: RunContext, targets: list[str],
-                     groups: list[tuple[list[AgentEvent], list[str]]],
-                     options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
-        """Run ``targets`` in order, then each later group: deliver its events, run its targets."""
-        current, rest, first = list(targets), list(groups), True
+        if isinstance(pending, PendingChain):
+            if _stops_chain(last):
+                return
+            current, rest = list(pending.targets), list(pending.groups)
+        elif holding:
+            # Streams in the tail are complete now: drop a prefix that is not transfer-like.
+            begin = 0
+            for i in range(delivered):
+                if not await _is_transfer_like(tail[i]):
+                    begin = i + 1
+            groups = _split_groups(tail[begin:])
+            for held in tail[delivered:begin + len(groups[0][0])]:
+                history.record(held)
+                yield held
+            current, rest = list(groups[0][1]), groups[1:]
+        else:
+            return  # exit, interrupt, or a plain end: nothing to transfer
         while True:
-            if not first:
-                if not rest:
-                    return
-                events, current = rest.pop(0)
-                for ev in events:
-                    ctx.history.record(ev)
-                    yield ev
-            first = False
             while current:
                 dest = current.pop(0)
                 target = self.find_target(dest)
                 if target is None:
-                    err = AgentEvent(self.name, ctx.run_path, error=ConfigurationError(
+                    err = AgentEvent(name, path, error=ConfigurationError(
                         f"transfer failed: agent '{dest}' not found when transferring from "
-                        f"'{self.name}'"))
-                    ctx.history.record(err)
+                        f"'{name}'"))
+                    history.record(err)
                     yield err
                     return
-                pending = PendingChain(list(current), list(rest)) if current or rest else None
-                last: AgentEvent | None = None
+                chain = PendingChain(list(current), list(rest)) if current or rest else None
+                last = None
                 async with closing(target.run(ctx, None, **options)) as sub_events:
                     async for ev in sub_events:
                         last = ev
-                        yield self._with_pending(ctx, ev, pending)
+                        if chain is not None:
+                            ev = self._with_pending(ctx, ev, chain)
+                        yield ev
                 if _stops_chain(last):
                     return
+            if not rest:
+                return
+            events, current = rest.pop(0)
+            current = list(current)
+            for ev in events:
+                history.record(ev)
+                yield ev
 
     @staticmethod
     def _with_pending(ctx: RunContext, ev: AgentEvent, pending: Any) -> AgentEvent:
         a = ev.action
-        if pending is None or a is None or a.signal is None:
+        if a is None or a.signal is None or not isinstance(pending, PendingChain):
             return ev
         merged = dict(a.flow_pending or {})
         merged[ctx.address] = pending

@@ -182,7 +182,8 @@ class ResumeState:
         return list(seen)
 
 
-def _signal(ctx: RunContext, info: Any, state: Any, subs: list[InterruptSignal]) -> InterruptSignal:
+def _signal(ctx: RunContext, info: Any, state: Any,
+            subs: list[InterruptSignal]) -> InterruptSignal:
     address = ctx.address
     resume = ctx.resume_state
     pid = resume.id_for(address) if resume is not None else None
@@ -203,7 +204,7 @@ def interrupt(ctx: RunContext, info: Any) -> AgentEvent:
 
 
 def stateful_interrupt(ctx: RunContext, info: Any, state: Any) -> AgentEvent:
-    """An interrupt that saves ``state``; the agent reads it back as ``ResumeInfo.interrupt_state``."""
+    """An interrupt that saves ``state`` (read back as ``ResumeInfo.interrupt_state``)."""
     return _event(_signal(ctx, info, state, []), info)
 
 

@@ -122,7 +122,12 @@ class Runner:
                 f"run(checkpoint_id={checkpoint_id!r}) needs a checkpoint store: "
                 "Runner(agent, checkpoint_store=InMemoryCheckpointStore())")
         self._reject_session_options(user_id, session_id, state_delta)
-        return self._run(list(messages), checkpoint_id, session_values, skip_transfer_messages)
+        root_input = AgentInput(list(messages), self.streaming)
+        ctx = RunContext(root_input=root_input,
+                         options=RunOptions(skip_transfer_messages, checkpoint_id))
+        if session_values:
+            ctx.history.values.update(session_values)
+        return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id)
 
     def query(self, text: str, **options: Any) -> AsyncIterator[AgentEvent]:
         """``run([Message.user(text)], **options)``."""
@@ -157,18 +162,6 @@ class Runner:
                                      "service, which this version does not include yet")
 
     # -- internals -------------------------------------------------------------------------
-    async def _run(self, messages: list[Message], checkpoint_id: str | None,
-                   session_values: Mapping[str, Any] | None,
-                   skip: bool) -> AsyncIterator[AgentEvent]:
-        root_input = AgentInput(messages, self.streaming)
-        ctx = RunContext(root_input=root_input, options=RunOptions(skip, checkpoint_id))
-        if session_values:
-            ctx.history.values.update(session_values)
-        async with closing(self._drive(ctx, self._root.run(ctx, root_input),
-                                        checkpoint_id)) as events:
-            async for ev in events:
-                yield ev
-
     async def _resume(self, checkpoint_id: str, targets: dict[str, Any],
                       session_values: Mapping[str, Any] | None,
                       skip: bool) -> AsyncIterator[AgentEvent]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -257,7 +258,34 @@ def test_missing_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -
         OpenAIModel("gpt-4o-mini")
 
 
-async def test_unsupported_attachment_is_reported(make_model: MakeModel) -> None:
+async def test_unsupported_attachment_is_reported(server: MockServer,
+                                                  make_model: MakeModel) -> None:
     msg = Message.user("see", attachments=[Blob("application/zip", b"PK")])
+    model = make_model()
     with pytest.raises(ModelError, match="application/zip"):
-        await make_model().generate(ModelRequest([msg]))
+        await model.generate(ModelRequest([msg]))
+    stream = model.stream(ModelRequest([msg]))  # the error comes out of the stream
+    with pytest.raises(ModelError, match="application/zip"):
+        await stream.collect()
+    assert server.requests == []
+
+
+async def test_retry_after_header_is_honoured(server: MockServer,
+                                              make_model: MakeModel) -> None:
+    server.enqueue_json(error("slow down"), 429, headers={"retry-after-ms": "150"})
+    server.enqueue_json(completion({"content": "ok"}))
+    started = time.monotonic()
+    assert (await make_model().generate(ModelRequest([Message.user("hi")]))).content == "ok"
+    assert time.monotonic() - started >= 0.14
+    assert len(server.requests) == 2
+
+
+async def test_abandoned_stream_closes_cleanly(server: MockServer,
+                                               make_model: MakeModel) -> None:
+    server.enqueue_sse(sse(chunk({"content": "one "}), chunk({"content": "two"})))
+    stream = make_model().stream(ModelRequest([Message.user("hi")]))
+    async for first in stream:
+        assert first.content == "one "
+        break
+    await stream.aclose()
+    assert stream.done

@@ -59,7 +59,7 @@ async def test_openai_compatible_spec_talks_to_its_base_url(
         assert str(info.value).startswith("openai-compatible: HTTP 404 from model 'qwen2.5:7b'")
         assert info.value.provider == "openai-compatible"
     finally:
-        await model.aclose()  # type: ignore[attr-defined]
+        await model.aclose()
 
 
 @pytest.mark.parametrize("spec", ["openai-compatible:llama3", "openai-compatible:@http://x",

@@ -118,11 +118,11 @@ class AnthropicModel:
 
     def stream(self, request: ModelRequest) -> MessageStream:
         """Stream the assistant message: text deltas, tool-call fragments, then usage."""
-        params = self._params(request)
-        params["stream"] = True
-        return MessageStream(self._retrier.stream(lambda: self._chunks(params)))
+        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
 
-    async def _chunks(self, params: dict[str, Any]) -> AsyncIterator[Message]:
+    async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
+        params = self._params(request)  # errors here come out of the stream, not stream()
+        params["stream"] = True
         events = cast(anthropic.AsyncStream[RawMessageStreamEvent],
                       await self.client.messages.create(**params))
         reader = _StreamReader()

@@ -125,12 +125,11 @@ class GeminiModel:
 
     def stream(self, request: ModelRequest) -> MessageStream:
         """Stream the assistant message: text deltas, function calls, then usage."""
-        contents, config, prior_calls = self._prepare(request)
-        return MessageStream(self._retrier.stream(
-            lambda: self._chunks(contents, config, prior_calls)))
+        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
 
-    async def _chunks(self, contents: list[types.Content], config: types.GenerateContentConfig,
-                      prior_calls: int) -> AsyncIterator[Message]:
+    async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
+        # Errors preparing the request come out of the stream, not out of stream().
+        contents, config, prior_calls = self._prepare(request)
         responses = await self.client.aio.models.generate_content_stream(
             model=self.model, contents=contents, config=config)
         reader = _ResponseReader(prior_calls)

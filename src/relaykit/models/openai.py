@@ -114,12 +114,12 @@ class OpenAIModel:
 
     def stream(self, request: ModelRequest) -> MessageStream:
         """Stream the assistant message: text deltas, tool-call fragments, then usage."""
-        params = self._params(request)
+        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
+
+    async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
+        params = self._params(request)  # errors here come out of the stream, not stream()
         params["stream"] = True
         params.setdefault("stream_options", {"include_usage": True})
-        return MessageStream(self._retrier.stream(lambda: self._chunks(params)))
-
-    async def _chunks(self, params: dict[str, Any]) -> AsyncIterator[Message]:
         events = cast(openai.AsyncStream[ChatCompletionChunk],
                       await self.client.chat.completions.create(**params))
         sent = False

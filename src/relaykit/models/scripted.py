@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
-from typing import Union
-
 from relaykit.errors import ModelError
 from relaykit.messages import Message, MessageStream, ToolCall
 from relaykit.models.base import ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedResponse"]
 
-ScriptedResponse = Union[Message, BaseException, Callable[[ModelRequest], Message]]
+ScriptedResponse = Message | BaseException | Callable[[ModelRequest], Message]
 
 
 class ScriptedModel:
@@ -76,7 +74,8 @@ def split_into_chunks(msg: Message) -> list[Message]:
     for idx, call in enumerate(msg.tool_calls):
         args = call.arguments
         half = len(args) // 2
-        chunks.append(Message(msg.role, tool_calls=[ToolCall(call.id, call.name, args[:half], idx)]))
+        first = ToolCall(call.id, call.name, args[:half], idx)
+        chunks.append(Message(msg.role, tool_calls=[first]))
         chunks.append(Message(msg.role, tool_calls=[ToolCall("", "", args[half:], idx)]))
     if not chunks:
         chunks.append(Message(msg.role, "", name=msg.name))

@@ -22,8 +22,8 @@ class ToolContext:
     tell a tool that interrupted earlier what happened since.
     """
 
-    __slots__ = ("action", "chat_history", "interrupt_state", "is_resume_target", "resume_data", "run_context",
-                 "tool_call_id", "tool_name", "was_interrupted")
+    __slots__ = ("action", "chat_history", "interrupt_state", "is_resume_target", "resume_data",
+                 "run_context", "tool_call_id", "tool_name", "was_interrupted")
 
     def __init__(self, run_context: RunContext, tool_name: str, tool_call_id: str, *,
                  was_interrupted: bool = False, interrupt_state: Any = None,
