@@ -47,19 +47,26 @@ HistoryRewriter = Callable[[RunContext, list[HistoryEntry]], Awaitable[list[Mess
 
 def rewrite_message(message: Message, agent_name: str) -> Message:
     """Another agent's message as the user-role context line the next agent reads (FA-07)."""
-    parts = ["For context:"]
-    if message.role == "assistant":
+    role = message.role
+    if role == "assistant" and not message.tool_calls:
+        text = (f"For context: [{agent_name}] said: {message.content}." if message.content
+                else "For context:")
+    elif role == "assistant":
+        parts = ["For context:"]
         if message.content:
             parts.append(f" [{agent_name}] said: {message.content}.")
         for call in message.tool_calls:
             parts.append(
                 f" [{agent_name}] called tool: `{call.name}` with arguments: {call.arguments}."
             )
-    elif message.role == "tool" and message.content:
-        parts.append(
-            f" [{agent_name}] `{message.tool_name}` tool returned result: {message.content}."
-        )
-    return Message("user", "".join(parts), attachments=list(message.attachments))
+        text = "".join(parts)
+    elif role == "tool" and message.content:
+        text = (f"For context: [{agent_name}] `{message.tool_name}` tool returned result: "
+                f"{message.content}.")
+    else:
+        text = "For context:"
+    attachments = list(message.attachments) if message.attachments else []
+    return Message("user", text, [], None, None, None, attachments, {})
 
 
 @register_type("relaykit.PendingChain")
@@ -235,6 +242,7 @@ class FlowAgent:
         """Stamp, record and forward the agent's events; then act on its last own action
         (or, after a resume passed down, continue the transfer chain saved for this agent)."""
         name, path, history = self.name, ctx.run_path, ctx.history
+        record = history.events.append
         try:
             gen, pending = await start(ctx, arg, options)
         except Exception as exc:
@@ -253,8 +261,15 @@ class FlowAgent:
                             ev = self._with_pending(ctx, ev, pending)
                         yield ev
                         continue
-                    ev = AgentEvent(name, path, ev.output, ev.action, ev.error, ev.state_delta)
                     action = ev.action
+                    ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
+                    if action is None and not holding and not tail and ev.error is None:
+                        out = ev.output  # the common case: a plain message, no transfer
+                        if out is None or out.stream is None and (
+                                out.message is None or not out.message.tool_calls):
+                            record(RecordedEvent(ev))
+                            yield ev
+                            continue
                     if (await _is_transfer_like(ev)) if holding else _maybe_transfer_like(ev):
                         tail.append(ev)
                         if holding:
@@ -343,34 +358,14 @@ class FlowAgent:
         if not records and self.history_rewriter is None:
             return AgentInput(list(root_messages), streaming)
         skip_ids = _transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
-        name = self.name
         if self.history_rewriter is None:
-            messages = list(root_messages)
-            append = messages.append
-            for rec in records:
-                msg = rec.message
-                if msg is None:
-                    if rec.event.output is None or rec.event.output.stream is None:
-                        continue
-                    msg = await rec.resolve()
-                    if msg is None:
-                        continue
-                if skip_ids:
-                    stripped = _strip_transfer(rec, msg, skip_ids)
-                    if stripped is None:
-                        continue
-                    if stripped is not msg:
-                        append(stripped if rec.event.agent_name == name
-                               else rewrite_message(stripped, rec.event.agent_name))
-                        continue
-                if rec.event.agent_name == name:
-                    append(msg)
-                else:
-                    rewritten = rec.rewritten
-                    if rewritten is None:
-                        rewritten = rec.rewritten = rewrite_message(msg, rec.event.agent_name)
-                    append(rewritten)
-            return AgentInput(messages, streaming)
+            for rec in records:  # streams are read here; the rest is built on first use
+                if rec.message is None and not rec.skip:
+                    out = rec.event.output
+                    if out is not None and out.stream is not None:
+                        await rec.resolve()
+            return _LazyInput(self.name, list(root_messages), records, len(records), skip_ids,
+                              streaming)
         entries = [HistoryEntry(True, "", m) for m in root_messages]
         for rec in records:
             msg = await rec.resolve()
@@ -383,6 +378,60 @@ class FlowAgent:
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
+
+
+class _LazyInput(AgentInput):
+    """An AgentInput whose history messages are built when ``messages`` is first read:
+    agents that decide from session values alone never pay for rewriting the history."""
+
+    __slots__ = ("_args", "_built")
+
+    def __init__(self, name: str, root_messages: list[Message],
+                 records: Sequence[RecordedEvent], count: int, skip_ids: set[str] | None,
+                 enable_streaming: bool) -> None:
+        self._built: list[Message] | None = None
+        self._args: Any = (name, root_messages, records, count, skip_ids)
+        self.enable_streaming = enable_streaming
+
+    @property
+    def messages(self) -> list[Message]:
+        built = self._built
+        if built is None:
+            built = self._built = _default_history(*self._args)
+            self._args = None
+        return built
+
+    @messages.setter
+    def messages(self, value: list[Message]) -> None:
+        self._built = value
+        self._args = None
+
+
+def _default_history(name: str, messages: list[Message], records: Sequence[RecordedEvent],
+                     count: int, skip_ids: set[str] | None) -> list[Message]:
+    """Root input + history: own messages as they are, others' rewritten (cached per event)."""
+    append = messages.append
+    for i in range(count):
+        rec = records[i]
+        msg = rec.message
+        if msg is None:
+            continue  # no message (actions, errors) or a stream that will be retried
+        author = rec.event.agent_name
+        if skip_ids:
+            stripped = _strip_transfer(rec, msg, skip_ids)
+            if stripped is None:
+                continue
+            if stripped is not msg:
+                append(stripped if author == name else rewrite_message(stripped, author))
+                continue
+        if author == name:
+            append(msg)
+        else:
+            rewritten = rec.rewritten
+            if rewritten is None:
+                rewritten = rec.rewritten = rewrite_message(msg, author)
+            append(rewritten)
+    return messages
 
 
 def _maybe_transfer_like(ev: AgentEvent) -> bool:

@@ -127,7 +127,10 @@ class Runner:
                          options=RunOptions(skip_transfer_messages, checkpoint_id))
         if session_values:
             ctx.history.values.update(session_values)
-        return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id)
+        events = self._root.run(ctx, root_input)
+        if checkpoint_id is None:
+            return events  # nothing to save: the root flow agent's stream is the run
+        return self._drive(ctx, events, checkpoint_id)
 
     def query(self, text: str, **options: Any) -> AsyncIterator[AgentEvent]:
         """``run([Message.user(text)], **options)``."""

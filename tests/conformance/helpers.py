@@ -13,6 +13,7 @@ A *step* of a ``ScriptedAgent`` is one of:
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Union
 
@@ -45,6 +46,24 @@ def names(run_path: Iterable[rk.RunStep]) -> list[str]:
 def transfer(dest: str) -> rk.AgentEvent:
     """An action-only transfer event (a fresh object)."""
     return rk.AgentEvent.transfer(dest)
+
+
+def llm_transfer(dest: str, *, text: str = "", call_id: str = "call_1") -> list[Step]:
+    """What an LLM agent yields to transfer: an assistant message calling ``transfer_to_agent``
+    (JSON arguments, D2) and the tool event answering it, which carries the transfer action."""
+    call = rk.Message.assistant(text, [rk.ToolCall(call_id, "transfer_to_agent",
+                                                   json.dumps({"agent_name": dest}))])
+    result = rk.Message.tool(f"successfully transferred to agent [{dest}]", tool_call_id=call_id,
+                             tool_name="transfer_to_agent")
+    return [call, with_action(result, rk.AgentAction(
+        transfer_to_agent=rk.TransferToAgentAction(dest)))]
+
+
+def with_action(message: rk.Message, action: rk.AgentAction) -> rk.AgentEvent:
+    """An event carrying ``message`` and ``action``."""
+    ev = rk.AgentEvent.from_message(message)
+    ev.action = action
+    return ev
 
 
 def interrupt_step(info: Any, state: Any = None) -> Callable[[rk.RunContext], rk.AgentEvent]:
@@ -149,16 +168,17 @@ class ResumableScriptedAgent(ScriptedAgent):
         return self._play(ctx, steps)
 
 
-def reinterrupt_unless_targeted(done: str) -> Callable[[rk.RunContext, rk.ResumeInfo], list[Step]]:
-    """Resume behaviour of a leaf (D8): finish with ``done`` (plus the resume data) when it
-    is a resume target, else interrupt again with the saved state."""
+def leaf(name: str, info: Any, state: Any = None) -> ResumableScriptedAgent:
+    """An agent that interrupts with ``info`` (and ``state``) and, on resume (D8), finishes
+    with ``"<name> done <resume data>"`` when it is a resume target, else interrupts again
+    with the same info and its saved state."""
 
-    def steps(ctx: rk.RunContext, info: rk.ResumeInfo) -> list[Step]:
-        if info.is_resume_target:
-            return [f"{done} {info.resume_data}"]
-        return [interrupt_step("again", info.interrupt_state or "pending")]
+    def on_resume(ctx: rk.RunContext, resumed: rk.ResumeInfo) -> list[Step]:
+        if resumed.is_resume_target:
+            return [f"{name} done {resumed.resume_data}"]
+        return [interrupt_step(info, resumed.interrupt_state)]
 
-    return steps
+    return ResumableScriptedAgent(name, [interrupt_step(info, state)], on_resume)
 
 
 class RaisingAgent(rk.BaseAgent):

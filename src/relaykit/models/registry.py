@@ -13,7 +13,7 @@ from typing import Any, cast
 from relaykit.errors import ConfigurationError
 from relaykit.models.base import ChatModel
 
-__all__ = ["PROVIDERS", "from_string"]
+__all__ = ["PROVIDERS", "from_string", "load_model_class"]
 
 
 @dataclass(frozen=True, slots=True)

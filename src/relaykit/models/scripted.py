@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+
 from relaykit.errors import ModelError
 from relaykit.messages import Message, MessageStream, ToolCall
 from relaykit.models.base import ModelRequest

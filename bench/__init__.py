@@ -1,0 +1,1 @@
+"""relaykit benchmarks: ``python -m bench`` (``make bench``) writes tables to bench/results/."""
