@@ -20,7 +20,11 @@ __all__ = ["Agent", "AgentInput", "BaseAgent", "ResumableAgent"]
 @register_type("relaykit.AgentInput")
 @dataclass(slots=True)
 class AgentInput:
-    """The messages an agent is asked to respond to, and whether to stream."""
+    """The messages an agent is asked to respond to, and whether to stream.
+
+    The framework builds a fresh ``messages`` list for every agent run: the receiving agent
+    owns it and may modify it.
+    """
 
     messages: list[Message] = field(default_factory=list)
     enable_streaming: bool = False

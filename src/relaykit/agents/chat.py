@@ -191,7 +191,10 @@ class ChatModelAgent:
         """Run the tool loop on ``input.messages`` (with the instruction as system message)."""
         prepared = self._prepare(ctx)
         system = self._system_message(ctx, prepared)
-        messages = [system, *input.messages] if system is not None else list(input.messages)
+        # The framework hands each agent a fresh message list of its own (AgentInput).
+        messages = input.messages
+        if system is not None:
+            messages.insert(0, system)
         async for ev in self._loop(ctx, prepared, messages, self.max_iterations,
                                    bool(input.enable_streaming), None):
             yield ev
@@ -220,7 +223,8 @@ class ChatModelAgent:
                         f"agent {self.name!r} exceeded max_iterations={self.max_iterations} "
                         "model calls without a final answer")
                 remaining -= 1
-                request = ModelRequest(list(messages), prepared.specs)
+                # The live list: a model must copy what it keeps beyond the call.
+                request = ModelRequest(messages, prepared.specs)
                 if streaming:
                     stream = model.stream(request)
                     yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))

@@ -23,7 +23,11 @@ class ToolSpec:
 
 @dataclass(slots=True)
 class ModelRequest:
-    """What an agent sends to a model: the messages (system first, if any) and the tools."""
+    """What an agent sends to a model: the messages (system first, if any) and the tools.
+
+    A request is valid for the duration of the call: the agent keeps appending to
+    ``messages`` afterwards, so a model copies whatever it keeps (ScriptedModel does).
+    """
 
     messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
