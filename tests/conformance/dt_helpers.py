@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from contextlib import aclosing
 from typing import Any
 
 import relaykit as rk
@@ -37,8 +38,9 @@ class ScriptedAgent(rk.BaseAgent):
         if self._script is None:
             yield say(f"{self.name} done")
             return
-        async for ev in self._script(self, ctx, input):
-            yield ev
+        async with aclosing(self._script(self, ctx, input)) as events:
+            async for ev in events:
+                yield ev
 
 
 class ResumableScriptedAgent(ScriptedAgent):
@@ -56,8 +58,9 @@ class ResumableScriptedAgent(ScriptedAgent):
         if self._on_resume is None:
             yield say(f"{self.name} resumed")
             return
-        async for ev in self._on_resume(self, ctx, info):
-            yield ev
+        async with aclosing(self._on_resume(self, ctx, info)) as events:
+            async for ev in events:
+                yield ev
 
 
 def say(text: str) -> rk.AgentEvent:

@@ -108,7 +108,7 @@ def _to_event(ctx: rk.RunContext, step: Step) -> rk.AgentEvent | None:
     return step(ctx)
 
 
-# -- agents --------------------------------------------------------------------------------------
+# -- agents ------------------------------------------------------------------------------------
 class ScriptedAgent(rk.BaseAgent):
     """Yields its steps; records every input, run path and whether its generator was closed.
 
@@ -251,7 +251,7 @@ class FanoutAgent(rk.BaseAgent):
                                 for sub in self.sub_agents if sub.name in pending])
 
 
-# -- reading results -------------------------------------------------------------------------------
+# -- reading results ---------------------------------------------------------------------------
 async def collect(events: AsyncIterable[rk.AgentEvent]) -> list[rk.AgentEvent]:
     """Every event of ``events``, in order."""
     return [ev async for ev in events]

@@ -524,7 +524,7 @@ async def test_dt09_wrapped_flow_agent_sees_root_input_and_own_history_only() ->
     history, never the parent's events; its events are copied to the parent's history exactly
     once, so the parent reads each of them once when control returns."""
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             yield say("sup routes")
             for ev in transfer_pair("team"):
                 yield ev
@@ -642,7 +642,7 @@ def _supervised_leaf_tree(leaf_resume=None):
     """sup → team (a flow agent wrapped to return to sup) → leaf, which interrupts."""
 
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             yield say("sup routes")
             for ev in transfer_pair("team"):
                 yield ev
@@ -739,7 +739,7 @@ def _chain_in_wrapped_flow_tree():
     b interrupts."""
 
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             for ev in transfer_pair("team"):
                 yield ev
         else:
@@ -813,7 +813,7 @@ async def test_dt11_registered_wrapper_around_flow_does_not_repeat_step() -> Non
     the transfer back to S nests: ``[S, F, S]``."""
 
     async def s_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             for ev in transfer_pair("F"):
                 yield ev
         else:
@@ -845,7 +845,7 @@ async def test_dt11_supervisor_like_control_returns_to_supervisor() -> None:
     sup]``, which reads the worker's answer and the transfer back."""
 
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             yield say("delegating")
             for ev in transfer_pair("worker"):
                 yield ev
@@ -925,7 +925,7 @@ async def test_dt12_streaming_inside_wrapped_flow_transfer_after_stream_end() ->
     log: list[str] = []
 
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             for ev in transfer_pair("team"):
                 yield ev
         else:
@@ -1234,7 +1234,7 @@ async def test_dt15_session_values_shared_both_ways_with_wrapped_flow_agent() ->
     seen: dict[str, Any] = {}
 
     async def sup_script(agent, ctx, input):
-        if len(agent.inputs) == 1:
+        if len(input.messages) == 1:  # first visit: only the user input
             ctx.set_session_value("from_parent", "p")
             for ev in transfer_pair("team"):
                 yield ev
@@ -1284,7 +1284,7 @@ async def test_dt15_values_written_inside_wrapped_flow_survive_interrupt_and_res
 
     def build():
         async def sup_script(agent, ctx, input):
-            if len(agent.inputs) == 1:
+            if len(input.messages) == 1:  # first visit: only the user input
                 for ev in transfer_pair("team"):
                     yield ev
             else:

@@ -6,24 +6,28 @@ import json
 from typing import Any
 
 import pytest
-from helpers import (
-    EagerRaisingAgent,
-    RaisingAgent,
-    ResumableScriptedAgent,
-    ScriptedAgent,
-    collect,
-    interrupt_step,
-    llm_transfer,
-    names,
-    run_summary,
-    stream_of,
-    summarize,
-    transfer,
-    user,
-    with_action,
-)
 
 import relaykit as rk
+
+try:  # the tests directory may be a package
+    from . import helpers as h
+except ImportError:  # pragma: no cover - rootdir-style import (no __init__.py)
+    import helpers as h  # type: ignore[no-redef]
+
+EagerRaisingAgent = h.EagerRaisingAgent
+RaisingAgent = h.RaisingAgent
+ResumableScriptedAgent = h.ResumableScriptedAgent
+ScriptedAgent = h.ScriptedAgent
+collect = h.collect
+interrupt_step = h.interrupt_step
+llm_transfer = h.llm_transfer
+names = h.names
+run_summary = h.run_summary
+stream_of = h.stream_of
+summarize = h.summarize
+transfer = h.transfer
+user = h.user
+with_action = h.with_action
 
 ConfigurationError = rk.errors.ConfigurationError
 
@@ -40,7 +44,7 @@ def not_found(dest: str, src: str) -> str:
     return f"transfer failed: agent '{dest}' not found when transferring from '{src}'"
 
 
-# -- FA-01, FA-02: building trees ------------------------------------------------------------------
+# -- FA-01, FA-02: building trees --------------------------------------------------------------
 def test_fa01_set_sub_agents_twice_fails() -> None:
     """FA-01: set_sub_agents on an agent that already has sub-agents fails."""
     root = rk.set_sub_agents(ScriptedAgent("R"), [ScriptedAgent("A")])
@@ -62,7 +66,7 @@ def test_fa02_sub_agent_with_a_parent_cannot_be_added_again() -> None:
     assert r2.sub_agents == []
 
 
-# -- FA-03 … FA-06: transfers -------------------------------------------------------------------------
+# -- FA-03 … FA-06: transfers ------------------------------------------------------------------
 async def test_fa03_transfer_to_child_runs_it_on_root_input_plus_history() -> None:
     """FA-03: the last own action is a transfer to a child: the child runs next, on the root
     input plus the rewritten history."""
@@ -166,7 +170,7 @@ async def test_fa06_missing_agent_yields_error_event_and_stops() -> None:
     assert a.started == 0
 
 
-# -- FA-07 … FA-09: history -----------------------------------------------------------------------------
+# -- FA-07 … FA-09: history --------------------------------------------------------------------
 def test_fa07_transfer_messages_shape() -> None:
     """FA-07 / D2: transfer_messages gives an assistant call with JSON arguments and the
     matching tool message."""
@@ -326,7 +330,7 @@ async def test_fa09_skip_never_removes_user_input_or_text() -> None:
     assert b.input_texts == [["hi", "For context: [A] said: I'll transfer."]]
 
 
-# -- FA-10 … FA-13: run paths, recording, actions, errors -------------------------------------------
+# -- FA-10 … FA-13: run paths, recording, actions, errors --------------------------------------
 async def test_fa10_run_paths_are_set_once() -> None:
     """FA-10: root events carry [root], child events [root, child]; an event that already has
     a run path keeps it (and its agent name); a yielded event object is never mutated (D6)."""
@@ -508,9 +512,9 @@ async def test_fa13_error_stops_a_transfer_chain() -> None:
     assert b.started == 0
 
 
-# -- FA-14: resume ------------------------------------------------------------------------------------
-def _three_levels(resumable: bool = True,
-                  with_leaf: bool = True) -> tuple[ScriptedAgent, ScriptedAgent, Any, rk.FlowAgent]:
+# -- FA-14: resume -----------------------------------------------------------------------------
+def _three_levels(resumable: bool = True, with_leaf: bool = True
+                  ) -> tuple[ScriptedAgent, ScriptedAgent, Any, rk.FlowAgent]:
     r = ScriptedAgent("R", ["r1", transfer("M")])
     m = ScriptedAgent("M", ["m1", transfer("L")])
     steps: list[Any] = ["l1", interrupt_step("ask")]
@@ -573,7 +577,7 @@ async def test_fa14_exception_in_resume_is_an_error_event() -> None:
     assert resumed == [("A", ["A"], "cannot resume", "error")]
 
 
-# -- FA-15 … FA-17 -------------------------------------------------------------------------------------
+# -- FA-15 … FA-17 -----------------------------------------------------------------------------
 async def test_fa15_same_agents_in_two_trees_do_not_share_state() -> None:
     """FA-15: the same plain agent objects used in two trees get separate wrappers: parents,
     children and transfer lookups of one tree do not leak into the other."""
