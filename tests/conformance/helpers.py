@@ -289,14 +289,20 @@ def message_text(msg: rk.Message | None) -> str | None:
 
 async def summarize(events: Iterable[rk.AgentEvent]) -> list[Summary]:
     """``(agent_name, run path names, text, action kind)`` per event; the text of an error
-    event is the error's text; streams are concatenated."""
+    event is the error's text; streams are concatenated (one that ended in an error gives its
+    chunks followed by `` !<error type>``)."""
     out: list[Summary] = []
     for ev in events:
         text: str | None
         if ev.error is not None:
             text = str(ev.error)
         elif ev.output is not None:
-            text = message_text(await ev.output.get_message())
+            try:
+                text = message_text(await ev.output.get_message())
+            except Exception as exc:  # a stream that ended in an error: its chunks and the error
+                stream = ev.output.stream
+                chunks = stream.chunks if stream is not None else []
+                text = "".join(c.content for c in chunks) + f" !{type(exc).__name__}"
         else:
             text = None
         out.append((ev.agent_name, names(ev.run_path), text, action_kind(ev)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 
 import pytest
@@ -110,14 +111,16 @@ class Outer(ResumableScriptedAgent):
                   **options: Any) -> AsyncIterator[rk.AgentEvent]:
         self.inputs.append(list(input.messages))
         self.run_paths.append(names(ctx.run_path))
-        async for ev in self.wrapped.run(ctx, input):
-            yield ev
+        async with aclosing(self.wrapped.run(ctx, input)) as events:
+            async for ev in events:
+                yield ev
 
     async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
         self.resume_infos.append(info)
-        async for ev in self.wrapped.resume(ctx, info):  # type: ignore[attr-defined]
-            yield ev
+        async with aclosing(self.wrapped.resume(ctx, info)) as events:  # type: ignore[attr-defined]
+            async for ev in events:
+                yield ev
 
 
 # --------------------------------------------------------------------------------------------
@@ -974,8 +977,9 @@ async def test_dt13_wrong_state_through_runner_is_error_event() -> None:
         async def resume(self, ctx, info, **options):
             self.resume_infos.append(info)
             bad = dataclasses.replace(info, interrupt_state=["wrong", "type"])
-            async for ev in self.wrapped.resume(ctx, bad):
-                yield ev
+            async with aclosing(self.wrapped.resume(ctx, bad)) as events:
+                async for ev in events:
+                    yield ev
 
     def build() -> Mangling:
         inner = ResumableScriptedAgent("inner", stateful_then("before", "data"))
