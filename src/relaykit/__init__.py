@@ -3,6 +3,8 @@
 Everything in the public API is importable from here (``import relaykit as rk``).
 """
 
+from typing import TYPE_CHECKING, Any
+
 from relaykit import errors, models
 from relaykit.agent import Agent, AgentInput, BaseAgent, ResumableAgent
 from relaykit.agents import (
@@ -49,6 +51,19 @@ from relaykit.runner import Runner
 from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, tool
 from relaykit.transfer import with_deterministic_transfer
 
+if TYPE_CHECKING:
+    from relaykit.checkpoints.database import DatabaseCheckpointStore
+
+
+def __getattr__(name: str) -> Any:
+    """Optional pieces load on first use (their extras stay optional)."""
+    if name == "DatabaseCheckpointStore":
+        from relaykit.checkpoints.database import DatabaseCheckpointStore
+
+        return DatabaseCheckpointStore
+    raise AttributeError(f"module 'relaykit' has no attribute {name!r}")
+
+
 __all__ = [
     "AddressSegment",
     "Agent",
@@ -63,6 +78,7 @@ __all__ = [
     "ChatModel",
     "ChatModelAgent",
     "CheckpointStore",
+    "DatabaseCheckpointStore",
     "FlowAgent",
     "FunctionTool",
     "HistoryEntry",

@@ -265,8 +265,8 @@ class FlowAgent:
                     ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
                     if action is None and not holding and not tail and ev.error is None:
                         out = ev.output  # the common case: a plain message, no transfer
-                        if out is None or out.stream is None and (
-                                out.message is None or not out.message.tool_calls):
+                        if out is None or (out.stream is None and (
+                                out.message is None or not out.message.tool_calls)):
                             record(RecordedEvent(ev))
                             yield ev
                             continue

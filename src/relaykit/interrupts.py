@@ -212,16 +212,22 @@ def composite_interrupt(ctx: RunContext, info: Any, state: Any,
                         *sub_interrupts: AgentEvent | InterruptInfo | InterruptSignal) -> AgentEvent:
     """An interrupt whose root causes are the interrupts the agent's children produced."""
     subs: list[InterruptSignal] = []
+    pending: dict[Any, Any] = {}
     for sub in sub_interrupts:
         if isinstance(sub, InterruptSignal):
             subs.append(sub)
         elif isinstance(sub, AgentEvent) and sub.action is not None and sub.action.signal:
             subs.append(sub.action.signal)
+            # Transfer chains pending below stay pending through the composite (D3).
+            pending.update(sub.action.flow_pending or {})
         elif isinstance(sub, InterruptInfo):
             subs.append(_signal_from_info(sub))
         else:
             raise TypeError(f"composite_interrupt: {sub!r} is not an interrupt event or info")
-    return _event(_signal(ctx, info, state, subs), info)
+    event = _event(_signal(ctx, info, state, subs), info)
+    if pending and event.action is not None:
+        event.action.flow_pending = pending
+    return event
 
 
 def _signal_from_info(info: InterruptInfo) -> InterruptSignal:

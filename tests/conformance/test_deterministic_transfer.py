@@ -585,7 +585,13 @@ async def test_dt09_wrapped_flow_agent_keeps_its_own_event_list_across_its_child
 def _dt10_eino_tree() -> tuple[Outer, ResumableScriptedAgent, ScriptedAgent]:
     """eino TestDeterministicTransferFlowAgentInterruptResume: ``outer`` runs the wrapper around
     the flow agent ``inner`` (which, here, has a child ``after`` to observe its history)."""
-    inner = ResumableScriptedAgent("inner", stateful_then("before interrupt", "interrupt_data"),
+    async def before_then_interrupt(agent, ctx, input):
+        assert input.enable_streaming  # the Runner streams: the saved stream is materialised
+        yield rk.AgentEvent.from_message(rk.MessageStream.from_list(
+            [rk.Message.assistant("before "), rk.Message.assistant("interrupt")]))
+        yield rk.interrupt(ctx, "interrupt_data")
+
+    inner = ResumableScriptedAgent("inner", before_then_interrupt,
                                    transfers_to("after resume", "after"))
     after = ScriptedAgent("after", texts("after done"))
     wrapper = rk.with_deterministic_transfer(rk.set_sub_agents(inner, [after]), ["next_agent"])
@@ -603,7 +609,7 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
     first = await collect(rk.Runner(outer, checkpoint_store=store, streaming=True)
                           .query("test", checkpoint_id="cp1"))
 
-    assert describe_all(first) == ["inner say before interrupt", "outer interrupt"]
+    assert describe_all(first) == ["inner stream", "outer interrupt"]
     assert paths(first) == [("outer", "inner"), ("outer",)]
     assert len(interrupt_events(first)) == 1
     assert await store.get("cp1") is not None
@@ -684,14 +690,17 @@ async def test_dt10_supervised_wrapped_flow_interrupt_resume_returns_to_supervis
     assert cause.parent.address == addr("sup", "team")
 
     root2, sup2, team_agent2, leaf2 = _supervised_leaf_tree()
-    second = await collect(rk.Runner(root2, checkpoint_store=store).resume("s1"))
+    second = await collect(rk.Runner(root2, checkpoint_store=store)
+                           .resume("s1", targets={cause.id: "approved"}))
 
     assert describe_all(second) == [
         "leaf say leaf done", "team call -> sup", "team transfer -> sup", "sup say sup final"]
     assert paths(second) == [("sup", "team", "leaf"), ("sup", "team"), ("sup", "team"),
                              ("sup", "team", "sup")]
     assert leaf2.inputs == [] and len(leaf2.resume_infos) == 1
-    assert leaf2.resume_infos[0].interrupt_state == {"n": 1}
+    leaf_info = leaf2.resume_infos[0]
+    assert (leaf_info.was_interrupted, leaf_info.is_resume_target, leaf_info.interrupt_state,
+            leaf_info.resume_data) == (True, True, {"n": 1}, "approved")
     assert team_agent2.inputs == []
     assert h.contents(sup2.inputs[0]) == [
         user("hello"), ("assistant", "sup routes"), *own_transfer("team"),
@@ -1033,22 +1042,31 @@ async def test_dt13_checkpoint_with_wrong_wrapper_state_resumes_to_error_event()
 # DT-14 — chains (D3)
 # --------------------------------------------------------------------------------------------
 
-def _chain_tree(b_script=None, b_resume=None, c_targets: tuple[str, ...] = ("B", "C")):
-    a = ScriptedAgent("A", texts("a1"))
+async def _a1_streamed(agent, ctx, input):
+    yield rk.AgentEvent.from_message(rk.MessageStream.from_list(
+        [rk.Message.assistant("a"), rk.Message.assistant("1")]))
+
+
+def _chain_tree(b_script=None, b_resume=None, c_targets: tuple[str, ...] = ("B", "C"),
+                streamed: bool = False):
+    a = ScriptedAgent("A", _a1_streamed if streamed else texts("a1"))
     b = ResumableScriptedAgent("B", b_script or texts("b1"), b_resume)
     c = ScriptedAgent("C", texts("c1"))
     root = rk.set_sub_agents(rk.with_deterministic_transfer(a, list(c_targets)), [b, c])
     return root, a, b, c
 
 
-async def test_dt14_chain_runs_targets_in_order_each_pair_right_before_its_target() -> None:
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_dt14_chain_runs_targets_in_order_each_pair_right_before_its_target(
+        streamed: bool) -> None:
     """DT-14 / D3: A→[B, C] runs A, B, C in this order of events: A's events, transfer→B,
-    B's events, transfer→C, C's events; B never sees "transferred to agent [C]"."""
-    root, a, b, c = _chain_tree()
-    events = await collect(rk.Runner(root).query("go"))
+    B's events, transfer→C, C's events; B never sees "transferred to agent [C]" (also when
+    A's message is streamed)."""
+    root, a, b, c = _chain_tree(streamed=streamed)
+    events = await collect(rk.Runner(root, streaming=streamed).query("go"))
 
     assert describe_all(events) == [
-        "A say a1", "A call -> B", "A transfer -> B", "B say b1",
+        "A stream" if streamed else "A say a1", "A call -> B", "A transfer -> B", "B say b1",
         "A call -> C", "A transfer -> C", "C say c1"]
     assert paths(events) == [("A",)] * 3 + [("A", "B")] + [("A",)] * 2 + [("A", "C")]
     h.assert_transfer_pair(events[1], events[2], "B")
@@ -1308,3 +1326,150 @@ async def test_dt15_values_written_inside_wrapped_flow_survive_interrupt_and_res
     events = await collect(rk.Runner(build(), checkpoint_store=store).resume("v"))
 
     assert describe_all(events)[-1] == "sup say sup sees written before pause"
+
+
+# --------------------------------------------------------------------------------------------
+# Further cases: nested supervisors, skipped transfer messages, nested isolation, early stop
+# --------------------------------------------------------------------------------------------
+
+def _first_visit_then(text: str, dest: str, final: str):
+    """Script: on the first visit (only the user input) say ``text`` and transfer to ``dest``;
+    on a later visit say ``final``."""
+
+    async def script(agent, ctx, input):
+        if len(input.messages) == 1:
+            yield say(text)
+            for ev in transfer_pair(dest):
+                yield ev
+        else:
+            yield say(final)
+
+    return script
+
+
+async def test_dt02_exit_deep_in_nested_supervisors_suppresses_every_transfer() -> None:
+    """DT-02: an exit that ends up last in the stream suppresses the transfer at every
+    enclosing wrapper, so it propagates through nested supervisors (eino §4.3,
+    TestNestedSupervisorExit)."""
+
+    async def worker_script(agent, ctx, input):
+        yield say("worker quits")
+        yield rk.AgentEvent.exit()
+
+    outer = ScriptedAgent("outer", _first_visit_then("o", "inner", "outer again"))
+    inner = ScriptedAgent("inner", _first_visit_then("i", "worker", "inner again"))
+    inner_tree = rk.set_sub_agents(
+        inner, [rk.with_deterministic_transfer(ScriptedAgent("worker", worker_script),
+                                               ["inner"])])
+    root = rk.set_sub_agents(outer, [rk.with_deterministic_transfer(inner_tree, ["outer"])])
+
+    events = await collect(rk.Runner(root).query("go"))
+
+    assert describe_all(events) == [
+        "outer say o", "outer call -> inner", "outer transfer -> inner",
+        "inner say i", "inner call -> worker", "inner transfer -> worker",
+        "worker say worker quits", "worker exit"]
+    assert paths(events)[-1] == ("outer", "inner", "worker")
+    assert len(outer.inputs) == 1 and len(inner.inputs) == 1
+
+
+async def test_dt01_skip_transfer_messages_drops_wrapper_pairs_from_histories() -> None:
+    """DT-01 / D5 / FA-09: the wrapper's pair is a real transfer pair: with
+    ``skip_transfer_messages`` it is left out of the next agent's history, like the LLM-style
+    pair of the supervisor."""
+    sup = ScriptedAgent("sup", _first_visit_then("delegating", "worker", "final"))
+    worker = ScriptedAgent("worker", texts("worked"))
+    root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(worker, ["sup"])])
+
+    events = await collect(rk.Runner(root).query("task", skip_transfer_messages=True))
+
+    assert describe_all(events)[-1] == "sup say final"
+    assert h.contents(worker.inputs[0]) == [user("task"), said("sup", "delegating")]
+    assert h.contents(sup.inputs[1]) == [
+        user("task"), ("assistant", "delegating"), said("worker", "worked")]
+
+
+def _nested_isolation_tree():
+    """sup → W(team) → W(sub) → leaf: two isolating wrappers, the leaf interrupts."""
+    sup = ScriptedAgent("sup", _first_visit_then("s0", "team", "sup fin"))
+    leaf = ResumableScriptedAgent("leaf", stateful_then("l wait", "q?", {"z": 1}),
+                                  resume_says("l done"))
+    sub = rk.set_sub_agents(ScriptedAgent("sub", transfers_to("s1", "leaf")), [leaf])
+    team_agent = ScriptedAgent("team", _first_visit_then("t1", "sub", "team fin"))
+    team = rk.set_sub_agents(team_agent, [rk.with_deterministic_transfer(sub, ["team"])])
+    root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
+    return root, sup, team_agent, leaf
+
+
+async def test_dt10_nested_isolating_wrappers_interrupt_and_resume() -> None:
+    """DT-10 / DT-09: two nested isolating wrappers each add a composite around the leaf's
+    interrupt; resuming in a new Runner restores both isolated histories (each inner agent
+    sees its own earlier events) and every event reaches the supervisor exactly once."""
+    store = rk.InMemoryCheckpointStore()
+    root, *_ = _nested_isolation_tree()
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="n"))
+
+    assert describe_all(first)[-2:] == ["leaf say l wait", "team interrupt"]
+    cause = root_cause(first[-1])
+    chain = []
+    ctx: rk.InterruptContext | None = cause
+    while ctx is not None:
+        chain.append((ctx.address, ctx.info))
+        ctx = ctx.parent
+    assert chain == [
+        (addr("sup", "team", "team", "sub", "sub", "leaf"), "q?"),
+        (addr("sup", "team", "team", "sub"), WRAPPER_INTERRUPT_INFO),
+        (addr("sup", "team"), WRAPPER_INTERRUPT_INFO)]
+
+    root2, sup2, team2, leaf2 = _nested_isolation_tree()
+    second = await collect(rk.Runner(root2, checkpoint_store=store).resume("n"))
+
+    assert list(zip(describe_all(second), paths(second), strict=True)) == [
+        ("leaf say l done", ("sup", "team", "sub", "leaf")),
+        ("sub call -> team", ("sup", "team", "sub")),
+        ("sub transfer -> team", ("sup", "team", "sub")),
+        ("team say team fin", ("sup", "team", "sub", "team")),
+        ("team call -> sup", ("sup", "team")),
+        ("team transfer -> sup", ("sup", "team")),
+        ("sup say sup fin", ("sup", "team", "sup"))]
+    inner_events = [
+        said("sub", "s1"), *h.rewritten_transfer("sub", "leaf"),
+        said("leaf", "l wait"), said("leaf", "l done"), *h.rewritten_transfer("sub", "team")]
+    assert h.contents(team2.inputs[0]) == [
+        user("hi"), ("assistant", "t1"), *own_transfer("sub"), *inner_events]
+    assert h.contents(sup2.inputs[0]) == [
+        user("hi"), ("assistant", "s0"), *own_transfer("team"),
+        said("team", "t1"), *h.rewritten_transfer("team", "sub"), *inner_events,
+        said("team", "team fin"), *h.rewritten_transfer("team", "sup")]
+
+
+@pytest.mark.parametrize("around_flow", [False, True])
+async def test_dt_stopping_early_closes_the_wrapped_agent(around_flow: bool) -> None:
+    """DT-01 / DT-09 / RN-05: when the caller stops iterating early, the wrapped agent's
+    stream is closed at once (not by garbage collection) and no transfer is appended."""
+    log: list[str] = []
+
+    async def script(agent, ctx, input):
+        try:
+            yield say("one")
+            yield say("two")
+        finally:
+            log.append("closed")
+
+    agent = ScriptedAgent("A", script)
+    inner: rk.Agent = rk.as_flow_agent(agent) if around_flow else agent
+    b = ScriptedAgent("B")
+    root = rk.set_sub_agents(rk.with_deterministic_transfer(inner, ["B"]), [b]) \
+        if not around_flow else rk.with_deterministic_transfer(inner, ["B"])
+
+    events = rk.Runner(root).query("hi")
+    received = []
+    async for ev in events:
+        received.append(h.describe(ev))
+        break
+    assert log == []
+    await events.aclose()  # type: ignore[attr-defined]
+
+    assert received == ["A say one"]
+    assert log == ["closed"]
+    assert b.inputs == []
