@@ -208,8 +208,10 @@ def stateful_interrupt(ctx: RunContext, info: Any, state: Any) -> AgentEvent:
     return _event(_signal(ctx, info, state, []), info)
 
 
-def composite_interrupt(ctx: RunContext, info: Any, state: Any,
-                        *sub_interrupts: AgentEvent | InterruptInfo | InterruptSignal) -> AgentEvent:
+def composite_interrupt(
+    ctx: RunContext, info: Any, state: Any,
+    *sub_interrupts: AgentEvent | InterruptInfo | InterruptSignal,
+) -> AgentEvent:
     """An interrupt whose root causes are the interrupts the agent's children produced."""
     subs: list[InterruptSignal] = []
     pending: dict[Any, Any] = {}

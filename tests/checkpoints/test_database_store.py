@@ -1,4 +1,4 @@
-"""DatabaseCheckpointStore on SQLite (always) and PostgreSQL (when RELAYKIT_TEST_POSTGRES_URL is set)."""
+"""DatabaseCheckpointStore on SQLite, and on PostgreSQL when RELAYKIT_TEST_POSTGRES_URL is set."""
 
 from __future__ import annotations
 
@@ -15,9 +15,6 @@ from relaykit import AgentEvent, Message
 
 POSTGRES_URL = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
 
-
-def _urls(tmp_path: Path) -> list[str]:
-    return [f"sqlite+aiosqlite:///{tmp_path / 'cp.db'}"]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

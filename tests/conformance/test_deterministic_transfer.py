@@ -144,7 +144,7 @@ async def test_dt01_plain_agent_events_forwarded_then_pair_per_target_in_order()
     assert [ev.output.message.content for ev in events[:2]] == ["a1", "a2"]
     h.assert_transfer_pair(events[2], events[3], "B")
     h.assert_transfer_pair(events[4], events[5], "C")
-    call_ids = {events[2].output.message.tool_calls[0].id, events[4].output.message.tool_calls[0].id}
+    call_ids = {ev.output.message.tool_calls[0].id for ev in (events[2], events[4])}
     assert len(call_ids) == 2, "each transfer pair has its own tool-call id"
 
 
@@ -236,7 +236,7 @@ async def test_dt03_interrupt_skips_transfer_and_resume_appends_it() -> None:
     """DT-03: the interrupt ends the run without transfer events; resuming in a new Runner over
     the same store finishes the agent and then the transfer pair and the target follow."""
     store = rk.InMemoryCheckpointStore()
-    root, a, b = _dt03_tree()
+    root, _, b = _dt03_tree()
 
     first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="c1"))
 
@@ -604,7 +604,7 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
     restored events are visible inside, and on completion the transfer to ``next_agent``
     follows, which is missing: the FA-06 error."""
     store = rk.InMemoryCheckpointStore()
-    outer, inner, after = _dt10_eino_tree()
+    outer, inner, _ = _dt10_eino_tree()
 
     first = await collect(rk.Runner(outer, checkpoint_store=store, streaming=True)
                           .query("test", checkpoint_id="cp1"))
@@ -673,7 +673,7 @@ async def test_dt10_supervised_wrapped_flow_interrupt_resume_returns_to_supervis
     root cause at ``[sup, team, team, leaf]`` (D6); after resume in a new Runner the leaf
     finishes, the wrapper transfers back to sup, and sup reads each inner event exactly once."""
     store = rk.InMemoryCheckpointStore()
-    root, sup, team_agent, leaf = _supervised_leaf_tree()
+    root, *_ = _supervised_leaf_tree()
 
     first = await collect(rk.Runner(root, checkpoint_store=store).query("hello",
                                                                         checkpoint_id="s1"))
@@ -735,7 +735,7 @@ async def test_dt10_reinterrupt_keeps_isolated_events_and_interrupt_id() -> None
     assert root_cause(second[-1]).id == first_id
     assert root_cause(second[-1]).info == {"ask": "again?"}
 
-    root3, sup3, _, leaf3 = _supervised_leaf_tree(leaf_resume)
+    root3, sup3, *_ = _supervised_leaf_tree(leaf_resume)
     third = await collect(rk.Runner(root3, checkpoint_store=store).resume("r"))
     assert describe_all(third) == [
         "leaf say leaf done", "team call -> sup", "team transfer -> sup", "sup say sup final"]
@@ -767,7 +767,7 @@ def _chain_in_wrapped_flow_tree():
 
 async def test_dt10_chain_inside_wrapped_flow_runs_without_interrupt() -> None:
     """DT-10 / D3 baseline: a chain inside a wrapped flow agent runs b then c, then returns."""
-    root, sup, b, c = _chain_in_wrapped_flow_tree()
+    root, _, b, _ = _chain_in_wrapped_flow_tree()
     b._script = texts("b plain")  # no interrupt on this run
     events = await collect(rk.Runner(root).query("hi"))
 
@@ -778,11 +778,6 @@ async def test_dt10_chain_inside_wrapped_flow_runs_without_interrupt() -> None:
         "team call -> sup", "team transfer -> sup", "sup say sup final"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: transfer._DeterministicTransfer._isolated builds the composite interrupt with "
-    "composite_interrupt(ctx, ..., last), which keeps only the inner signal and drops "
-    "last.action.flow_pending; the inner flow agent's pending chain remainder (D3) is lost, so "
-    "after resume c never runs"))
 async def test_dt10_pending_chain_inside_wrapped_flow_survives_interrupt() -> None:
     """DT-10 / D3: an interrupt in b, the first target of a chain owned by the wrapped flow
     agent, keeps the remainder pending through the composite interrupt: after resume b
@@ -792,7 +787,7 @@ async def test_dt10_pending_chain_inside_wrapped_flow_survives_interrupt() -> No
     first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="k"))
     assert describe_all(first)[-2:] == ["b say b waiting", "team interrupt"]
 
-    root2, sup2, b2, c2 = _chain_in_wrapped_flow_tree()
+    root2, _, _, c2 = _chain_in_wrapped_flow_tree()
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("k"))
 
     assert describe_all(second) == [
@@ -1062,7 +1057,7 @@ async def test_dt14_chain_runs_targets_in_order_each_pair_right_before_its_targe
     """DT-14 / D3: A→[B, C] runs A, B, C in this order of events: A's events, transfer→B,
     B's events, transfer→C, C's events; B never sees "transferred to agent [C]" (also when
     A's message is streamed)."""
-    root, a, b, c = _chain_tree(streamed=streamed)
+    root, _, b, c = _chain_tree(streamed=streamed)
     events = await collect(rk.Runner(root, streaming=streamed).query("go"))
 
     assert describe_all(events) == [
@@ -1083,7 +1078,7 @@ async def test_dt14_interrupt_in_b_resumes_b_then_c_runs() -> None:
     """DT-14 / D3: an interrupt inside B keeps C pending (saved in the checkpoint); resuming in
     a new Runner resumes B (with its data) and then delivers transfer→C and runs C."""
     store = rk.InMemoryCheckpointStore()
-    root, _, b, c = _chain_tree(stateful_then("b waiting", "approve?", {"b": 1}))
+    root, _, _, c = _chain_tree(stateful_then("b waiting", "approve?", {"b": 1}))
 
     first = await collect(rk.Runner(root, checkpoint_store=store).query("go", checkpoint_id="ch"))
 
@@ -1143,7 +1138,7 @@ async def test_dt14_error_in_b_stops_the_chain() -> None:
 async def test_dt14_missing_target_in_chain_is_fa06_error_and_stops() -> None:
     """DT-14 / FA-06: a chain target that cannot be found yields the FA-06 error and the
     rest of the chain does not run."""
-    root, _, b, c = _chain_tree(c_targets=("B", "Nobody", "C"))
+    root, _, _, c = _chain_tree(c_targets=("B", "Nobody", "C"))
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
@@ -1421,7 +1416,7 @@ async def test_dt10_nested_isolating_wrappers_interrupt_and_resume() -> None:
         (addr("sup", "team", "team", "sub"), WRAPPER_INTERRUPT_INFO),
         (addr("sup", "team"), WRAPPER_INTERRUPT_INFO)]
 
-    root2, sup2, team2, leaf2 = _nested_isolation_tree()
+    root2, sup2, team2, _ = _nested_isolation_tree()
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("n"))
 
     assert list(zip(describe_all(second), paths(second), strict=True)) == [
