@@ -121,13 +121,23 @@ def _split_groups(tail: list[AgentEvent]) -> list[tuple[list[AgentEvent], list[s
     return [g for g in groups if g[1] or g[0]]
 
 
-def _stops_chain(last: AgentEvent | None) -> bool:
+async def ended_abnormally(last: AgentEvent | None) -> bool:
+    """True when a stream of events ended with an error, an exit or an interrupt (a message
+    stream that ended in an error counts as an error, D1)."""
     if last is None:
         return False
     if last.error is not None:
         return True
     a = last.action
-    return a is not None and (a.interrupted is not None or a.exit)
+    if a is not None and (a.interrupted is not None or a.exit):
+        return True
+    out = last.output
+    if out is not None and out.stream is not None:
+        try:
+            await out.stream.collect()
+        except Exception:
+            return True
+    return False
 
 
 class FlowAgent:
@@ -293,7 +303,7 @@ class FlowAgent:
             yield err
             return
         if isinstance(pending, PendingChain):
-            if _stops_chain(last):
+            if await ended_abnormally(last):
                 return
             current, rest = list(pending.targets), list(pending.groups)
         elif holding:
@@ -328,7 +338,7 @@ class FlowAgent:
                         if chain is not None:
                             ev = self._with_pending(ctx, ev, chain)
                         yield ev
-                if _stops_chain(last):
+                if await ended_abnormally(last):
                     return
             if not rest:
                 return
@@ -364,8 +374,8 @@ class FlowAgent:
                     out = rec.event.output
                     if out is not None and out.stream is not None:
                         await rec.resolve()
-            return _LazyInput(self.name, list(root_messages), records, len(records), skip_ids,
-                              streaming)
+            args = (self.name, list(root_messages), records, len(records), skip_ids)
+            return AgentInput.deferred(lambda: _default_history(*args), streaming)
         entries = [HistoryEntry(True, "", m) for m in root_messages]
         for rec in records:
             msg = await rec.resolve()
@@ -378,33 +388,6 @@ class FlowAgent:
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
-
-
-class _LazyInput(AgentInput):
-    """An AgentInput whose history messages are built when ``messages`` is first read:
-    agents that decide from session values alone never pay for rewriting the history."""
-
-    __slots__ = ("_args", "_built")
-
-    def __init__(self, name: str, root_messages: list[Message],
-                 records: Sequence[RecordedEvent], count: int, skip_ids: set[str] | None,
-                 enable_streaming: bool) -> None:
-        self._built: list[Message] | None = None
-        self._args: Any = (name, root_messages, records, count, skip_ids)
-        self.enable_streaming = enable_streaming
-
-    @property
-    def messages(self) -> list[Message]:
-        built = self._built
-        if built is None:
-            built = self._built = _default_history(*self._args)
-            self._args = None
-        return built
-
-    @messages.setter
-    def messages(self, value: list[Message]) -> None:
-        self._built = value
-        self._args = None
 
 
 def _default_history(name: str, messages: list[Message], records: Sequence[RecordedEvent],

@@ -11,7 +11,7 @@ from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
-from relaykit.flow import FlowAgent
+from relaykit.flow import FlowAgent, ended_abnormally
 from relaykit.interrupts import ResumeInfo, composite_interrupt
 
 __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
@@ -23,24 +23,6 @@ class DeterministicTransferState:
     """What a wrapper around a flow agent saves when it interrupts: the isolated history."""
 
     events: list[AgentEvent] = field(default_factory=list)
-
-
-async def _finished_normally(last: AgentEvent | None) -> bool:
-    """D1: no transfer after an exit, an interrupt or an error (a stream ending in one too)."""
-    if last is None:
-        return True
-    if last.error is not None:
-        return False
-    a = last.action
-    if a is not None and (a.interrupted is not None or a.exit):
-        return False
-    out = last.output
-    if out is not None and out.stream is not None:
-        try:
-            await out.stream.collect()
-        except Exception:
-            return False
-    return True
 
 
 def _transfer_events(names: Sequence[str]) -> list[AgentEvent]:
@@ -84,7 +66,7 @@ class _DeterministicTransfer:
         except Exception as exc:
             yield AgentEvent(error=exc)
             return
-        if await _finished_normally(last):
+        if not await ended_abnormally(last):
             for ev in _transfer_events(self.to_agent_names):
                 yield ev
 
@@ -114,7 +96,7 @@ class _DeterministicTransfer:
             yield composite_interrupt(ctx, "deterministic transfer wrapper interrupted", state,
                                       last)
             return
-        if await _finished_normally(last):
+        if not await ended_abnormally(last):
             for ev in _transfer_events(self.to_agent_names):
                 yield ev
 

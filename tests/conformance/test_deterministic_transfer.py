@@ -100,6 +100,22 @@ def resume_says(*items: str):
     return on_resume
 
 
+def first_visit_then(text: str | None, dest: str, final: str):
+    """Script: on the first visit (only the user input) say ``text`` (if any) and transfer to
+    ``dest``; on a later visit (control came back) say ``final``."""
+
+    async def script(agent, ctx, input):
+        if len(input.messages) == 1:
+            if text is not None:
+                yield say(text)
+            for ev in transfer_pair(dest):
+                yield ev
+        else:
+            yield say(final)
+
+    return script
+
+
 class Outer(ResumableScriptedAgent):
     """Eino's test shape: a custom agent whose run/resume call the wrapper directly."""
 
@@ -344,6 +360,28 @@ async def test_dt04_error_inside_wrapped_flow_agent_suppresses_transfer() -> Non
     assert len(sup.inputs) == 1
 
 
+async def test_dt04_stream_error_inside_wrapped_flow_agent_suppresses_transfer() -> None:
+    """DT-04 / D1: the same for a wrapped flow agent whose last message's stream fails: no
+    transfer back to the supervisor."""
+
+    async def chunks():
+        yield rk.Message.assistant("partial ")
+        raise RuntimeError("stream broke")
+
+    async def team_script(agent, ctx, input):
+        yield rk.AgentEvent.from_message(rk.MessageStream(chunks()))
+
+    sup = ScriptedAgent("sup", transfers_to("route", "team"))
+    team = rk.as_flow_agent(ScriptedAgent("team", team_script))
+    root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
+
+    events = await collect(rk.Runner(root, streaming=True).query("hi"))
+
+    assert describe_all(events) == [
+        "sup say route", "sup call -> team", "sup transfer -> team", "team stream"]
+    assert len(sup.inputs) == 1
+
+
 async def test_dt04_agent_that_yields_nothing_finished_normally() -> None:
     """DT-04 / D1: an agent that yields nothing finished normally: the transfer follows."""
 
@@ -526,15 +564,7 @@ async def test_dt09_wrapped_flow_agent_sees_root_input_and_own_history_only() ->
     """DT-09: the wrapped flow agent's agents see the root input plus their own (isolated)
     history, never the parent's events; its events are copied to the parent's history exactly
     once, so the parent reads each of them once when control returns."""
-    async def sup_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            yield say("sup routes")
-            for ev in transfer_pair("team"):
-                yield ev
-        else:
-            yield say("sup final")
-
-    sup = ScriptedAgent("sup", sup_script)
+    sup = ScriptedAgent("sup", first_visit_then("sup routes", "team", "sup final"))
     team_agent = ScriptedAgent("team", transfers_to("team plan", "leaf"))
     leaf = ScriptedAgent("leaf", texts("leaf result"))
     team = rk.set_sub_agents(team_agent, [leaf])
@@ -650,15 +680,7 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
 def _supervised_leaf_tree(leaf_resume=None):
     """sup → team (a flow agent wrapped to return to sup) → leaf, which interrupts."""
 
-    async def sup_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            yield say("sup routes")
-            for ev in transfer_pair("team"):
-                yield ev
-        else:
-            yield say("sup final")
-
-    sup = ScriptedAgent("sup", sup_script)
+    sup = ScriptedAgent("sup", first_visit_then("sup routes", "team", "sup final"))
     team_agent = ScriptedAgent("team", transfers_to("team plan", "leaf"))
     leaf = ResumableScriptedAgent("leaf", stateful_then("leaf working", {"ask": "ok?"},
                                                         {"n": 1}),
@@ -746,19 +768,13 @@ async def test_dt10_reinterrupt_keeps_isolated_events_and_interrupt_id() -> None
         said("leaf", "leaf done"), *h.rewritten_transfer("team", "sup")]
 
 
-def _chain_in_wrapped_flow_tree():
+def _chain_in_wrapped_flow_tree(b_script=None):
     """sup → team (wrapped back to sup) whose own agent transfers to b then c (a D3 chain);
     b interrupts."""
 
-    async def sup_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            for ev in transfer_pair("team"):
-                yield ev
-        else:
-            yield say("sup final")
-
-    sup = ScriptedAgent("sup", sup_script)
-    b = ResumableScriptedAgent("b", stateful_then("b waiting", "b?"), resume_says("b done"))
+    sup = ScriptedAgent("sup", first_visit_then(None, "team", "sup final"))
+    b = ResumableScriptedAgent("b", b_script or stateful_then("b waiting", "b?"),
+                               resume_says("b done"))
     c = ScriptedAgent("c", texts("c done"))
     team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("plan", "b", "c")), [b, c])
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
@@ -767,8 +783,7 @@ def _chain_in_wrapped_flow_tree():
 
 async def test_dt10_chain_inside_wrapped_flow_runs_without_interrupt() -> None:
     """DT-10 / D3 baseline: a chain inside a wrapped flow agent runs b then c, then returns."""
-    root, _, b, _ = _chain_in_wrapped_flow_tree()
-    b._script = texts("b plain")  # no interrupt on this run
+    root, *_ = _chain_in_wrapped_flow_tree(texts("b plain"))  # no interrupt on this run
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == [
@@ -819,14 +834,7 @@ async def test_dt11_registered_wrapper_around_flow_does_not_repeat_step() -> Non
     ``[S, F, F]``, for F's events and for the transfer pair; F's child gets ``[S, F, child]``;
     the transfer back to S nests: ``[S, F, S]``."""
 
-    async def s_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            for ev in transfer_pair("F"):
-                yield ev
-        else:
-            yield say("s end")
-
-    s = ScriptedAgent("S", s_script)
+    s = ScriptedAgent("S", first_visit_then(None, "F", "s end"))
     f = ScriptedAgent("F", transfers_to("f1", "child"))
     child = ScriptedAgent("child", texts("c1"))
     root = rk.set_sub_agents(s, [rk.with_deterministic_transfer(rk.set_sub_agents(f, [child]),
@@ -851,15 +859,7 @@ async def test_dt11_supervisor_like_control_returns_to_supervisor() -> None:
     worker's events carry ``[sup, worker]`` and control returns to sup with ``[sup, worker,
     sup]``, which reads the worker's answer and the transfer back."""
 
-    async def sup_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            yield say("delegating")
-            for ev in transfer_pair("worker"):
-                yield ev
-        else:
-            yield say("final answer")
-
-    sup = ScriptedAgent("sup", sup_script)
+    sup = ScriptedAgent("sup", first_visit_then("delegating", "worker", "final answer"))
     worker = ScriptedAgent("worker", texts("worked"))
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(worker, ["sup"])])
 
@@ -931,14 +931,7 @@ async def test_dt12_streaming_inside_wrapped_flow_transfer_after_stream_end() ->
     """DT-12: the same for a wrapped flow agent: the transfer back follows the stream's end."""
     log: list[str] = []
 
-    async def sup_script(agent, ctx, input):
-        if len(input.messages) == 1:  # first visit: only the user input
-            for ev in transfer_pair("team"):
-                yield ev
-        else:
-            yield say("sup end")
-
-    sup = ScriptedAgent("sup", sup_script)
+    sup = ScriptedAgent("sup", first_visit_then(None, "team", "sup end"))
     team = rk.as_flow_agent(ScriptedAgent("team", _streaming_script(log, ("a", "b"))))
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
 
@@ -1135,6 +1128,24 @@ async def test_dt14_error_in_b_stops_the_chain() -> None:
     assert c.inputs == []
 
 
+async def _broken_stream(agent, ctx, input):
+    async def chunks():
+        yield rk.Message.assistant("partial ")
+        raise RuntimeError("stream broke")
+
+    yield rk.AgentEvent.from_message(rk.MessageStream(chunks()))
+
+
+async def test_dt14_stream_error_in_b_stops_the_chain() -> None:
+    """DT-14 / D1 / D3: a streamed message of B whose stream ends in an error counts as an
+    error: the chain stops after B, transfer→C is never delivered and C does not run."""
+    root, _, _, c = _chain_tree(_broken_stream)
+    events = await collect(rk.Runner(root, streaming=True).query("go"))
+
+    assert describe_all(events) == ["A say a1", "A call -> B", "A transfer -> B", "B stream"]
+    assert c.inputs == []
+
+
 async def test_dt14_missing_target_in_chain_is_fa06_error_and_stops() -> None:
     """DT-14 / FA-06: a chain target that cannot be found yields the FA-06 error and the
     rest of the chain does not run."""
@@ -1327,21 +1338,6 @@ async def test_dt15_values_written_inside_wrapped_flow_survive_interrupt_and_res
 # Further cases: nested supervisors, skipped transfer messages, nested isolation, early stop
 # --------------------------------------------------------------------------------------------
 
-def _first_visit_then(text: str, dest: str, final: str):
-    """Script: on the first visit (only the user input) say ``text`` and transfer to ``dest``;
-    on a later visit say ``final``."""
-
-    async def script(agent, ctx, input):
-        if len(input.messages) == 1:
-            yield say(text)
-            for ev in transfer_pair(dest):
-                yield ev
-        else:
-            yield say(final)
-
-    return script
-
-
 async def test_dt02_exit_deep_in_nested_supervisors_suppresses_every_transfer() -> None:
     """DT-02: an exit that ends up last in the stream suppresses the transfer at every
     enclosing wrapper, so it propagates through nested supervisors (eino §4.3,
@@ -1351,8 +1347,8 @@ async def test_dt02_exit_deep_in_nested_supervisors_suppresses_every_transfer() 
         yield say("worker quits")
         yield rk.AgentEvent.exit()
 
-    outer = ScriptedAgent("outer", _first_visit_then("o", "inner", "outer again"))
-    inner = ScriptedAgent("inner", _first_visit_then("i", "worker", "inner again"))
+    outer = ScriptedAgent("outer", first_visit_then("o", "inner", "outer again"))
+    inner = ScriptedAgent("inner", first_visit_then("i", "worker", "inner again"))
     inner_tree = rk.set_sub_agents(
         inner, [rk.with_deterministic_transfer(ScriptedAgent("worker", worker_script),
                                                ["inner"])])
@@ -1372,7 +1368,7 @@ async def test_dt01_skip_transfer_messages_drops_wrapper_pairs_from_histories() 
     """DT-01 / D5 / FA-09: the wrapper's pair is a real transfer pair: with
     ``skip_transfer_messages`` it is left out of the next agent's history, like the LLM-style
     pair of the supervisor."""
-    sup = ScriptedAgent("sup", _first_visit_then("delegating", "worker", "final"))
+    sup = ScriptedAgent("sup", first_visit_then("delegating", "worker", "final"))
     worker = ScriptedAgent("worker", texts("worked"))
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(worker, ["sup"])])
 
@@ -1386,11 +1382,11 @@ async def test_dt01_skip_transfer_messages_drops_wrapper_pairs_from_histories() 
 
 def _nested_isolation_tree():
     """sup → W(team) → W(sub) → leaf: two isolating wrappers, the leaf interrupts."""
-    sup = ScriptedAgent("sup", _first_visit_then("s0", "team", "sup fin"))
+    sup = ScriptedAgent("sup", first_visit_then("s0", "team", "sup fin"))
     leaf = ResumableScriptedAgent("leaf", stateful_then("l wait", "q?", {"z": 1}),
                                   resume_says("l done"))
     sub = rk.set_sub_agents(ScriptedAgent("sub", transfers_to("s1", "leaf")), [leaf])
-    team_agent = ScriptedAgent("team", _first_visit_then("t1", "sub", "team fin"))
+    team_agent = ScriptedAgent("team", first_visit_then("t1", "sub", "team fin"))
     team = rk.set_sub_agents(team_agent, [rk.with_deterministic_transfer(sub, ["team"])])
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
     return root, sup, team_agent, leaf

@@ -105,6 +105,7 @@ async def test_rn01_interrupt_saves_checkpoint_and_new_runner_resumes() -> None:
     assert info.was_interrupted and info.is_resume_target and info.resume_data is None
     assert info.interrupt_state == State(1, "x")
     assert info.interrupt_info is not None and info.interrupt_info.data == "approve?"
+    assert [c.id for c in info.interrupt_info.contexts] == [ctx.id]
     assert b.input_texts == [["hi", "For context: [R] said: r1.", "For context: [A] said: a1.",
                               "For context: [A] said: a2."]]
 
@@ -235,6 +236,45 @@ async def test_rn04_tool_segment_and_single_interrupt_context() -> None:
     assert events[-1].action.interrupted.data == "hello"  # type: ignore[union-attr]
 
 
+async def test_rn04_nested_composites_link_every_ancestor() -> None:
+    """RN-04 / D8: a root cause under two composites links to both through ``parent``; on a
+    targeted resume both composites are resume targets and pass the resume down."""
+
+    def build() -> tuple[FanoutAgent, FanoutAgent, ResumableScriptedAgent,
+                         ResumableScriptedAgent]:
+        l1, l2 = leaf("L1", "need L1", State(1)), leaf("L2", "need L2")
+        inner = FanoutAgent("F2", [l1])
+        return FanoutAgent("F1", [inner, l2]), inner, l1, l2
+
+    store = rk.InMemoryCheckpointStore()
+    outer, *_ = build()
+    events = await collect(rk.Runner(outer, checkpoint_store=store).query("hi", checkpoint_id="n"))
+    deep, shallow = interrupt_contexts(events)
+    chain = []
+    node: rk.InterruptContext | None = deep
+    while node is not None:
+        chain.append((node.address, node.info, node.is_root_cause))
+        node = node.parent
+    assert chain == [
+        ((agent_seg("F1"), agent_seg("F2"), agent_seg("L1")), "need L1", True),
+        ((agent_seg("F1"), agent_seg("F2")), "F2 interrupted", False),
+        ((agent_seg("F1"),), "F1 interrupted", False),
+    ]
+    assert shallow.address == (agent_seg("F1"), agent_seg("L2"))
+    assert shallow.parent is not None and deep.parent is not None
+    assert shallow.parent.id == deep.parent.parent.id  # type: ignore[union-attr]
+
+    outer, inner, l1, l2 = build()
+    resumed = await collect(rk.Runner(outer, checkpoint_store=store).resume(
+        "n", targets={deep.id: "go"}))
+    assert (await summarize(resumed))[0] == ("L1", ["F1", "F2", "L1"], "L1 done go", None)
+    assert outer.resume_infos[0].is_resume_target and inner.resume_infos[0].is_resume_target
+    assert l1.resume_infos[0].interrupt_state == State(1)
+    assert not l2.resume_infos[0].is_resume_target
+    (pending,) = interrupt_contexts(resumed)
+    assert pending.id == shallow.id
+
+
 # -- RN-05 -------------------------------------------------------------------------------------
 async def _break_at(runner: rk.Runner, text: str) -> list[str]:
     seen: list[str] = []
@@ -278,6 +318,29 @@ async def test_rn05_breaking_inside_a_wrapped_flow_agent() -> None:
     solo = ScriptedAgent("A", ["a1", "a2", "a3"])
     assert await _break_at(rk.Runner(solo), "a1") == ["a1"]
     assert (solo.closed, solo.completed) == (1, 0)
+
+
+async def test_rn05_breaking_early_with_a_checkpoint_id_and_on_resume() -> None:
+    """RN-05: the same holds on the checkpointing path (run with checkpoint_id) and when
+    breaking out of a resume."""
+    store = rk.InMemoryCheckpointStore()
+    c = ScriptedAgent("C", ["c1", "c2"])
+    tree = rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("C")]), [c])
+    async with contextlib.aclosing(rk.Runner(tree, checkpoint_store=store).query(
+            "hi", checkpoint_id="x")) as it:
+        async for ev in it:
+            if ev.agent_name == "C":
+                break
+    assert (c.closed, c.completed) == (1, 0)
+    assert await store.get("x") is None
+
+    a = ResumableScriptedAgent("A", [interrupt_step("q")], ["a1", "a2"])
+    await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="y"))
+    fresh = ResumableScriptedAgent("A", [], ["a1", "a2"])
+    async with contextlib.aclosing(rk.Runner(fresh, checkpoint_store=store).resume("y")) as it:
+        async for _ in it:
+            break
+    assert (fresh.closed, fresh.completed) == (1, 0)
 
 
 # -- RN-06 -------------------------------------------------------------------------------------
@@ -436,6 +499,50 @@ async def test_rn07_targeted_resume_keeps_the_other_point_pending_with_same_id()
     assert l2.resume_infos[0].interrupt_state == State(2)
 
 
+async def test_rn07_ids_are_stable_by_address() -> None:
+    """RN-07 / D11: a point that asks again at the same address keeps its id (even on a resume
+    of everything); an interrupt at a new address gets a new id."""
+    store = rk.InMemoryCheckpointStore()
+
+    def build() -> rk.FlowAgent:
+        a = ResumableScriptedAgent("A", [interrupt_step("q1")], lambda ctx, info: (
+            [interrupt_step("q2")] if info.interrupt_info and info.interrupt_info.data == "q1"
+            else ["a done", transfer("B")]))
+        b = ResumableScriptedAgent("B", [interrupt_step("qb")], ["b done"])
+        return rk.set_sub_agents(a, [b])
+
+    first = interrupt_contexts(await collect(
+        rk.Runner(build(), checkpoint_store=store).query("hi", checkpoint_id="s")))
+    second = interrupt_contexts(await collect(
+        rk.Runner(build(), checkpoint_store=store).resume("s")))
+    assert [(c.info, c.id) for c in second] == [("q2", first[0].id)]
+    third = await collect(rk.Runner(build(), checkpoint_store=store).resume("s"))
+    (b_ctx,) = interrupt_contexts(third)
+    assert b_ctx.info == "qb" and b_ctx.address == (agent_seg("A"), agent_seg("B"))
+    assert b_ctx.id != first[0].id
+    done = await run_resume(rk.Runner(build(), checkpoint_store=store), "s",
+                            targets={b_ctx.id: None})
+    assert done == [("B", ["A", "B"], "b done", None)]
+
+
+async def test_rn01_session_values_are_saved_and_can_be_overridden_on_resume() -> None:
+    """RN-01: values written before the interrupt are in the checkpoint; resume(...,
+    session_values=...) overrides them."""
+    store = rk.InMemoryCheckpointStore()
+
+    def writer(ctx: rk.RunContext) -> None:
+        ctx.set_session_value("written", "before")
+
+    a = ResumableScriptedAgent("A", [writer, interrupt_step("q")])
+    await collect(rk.Runner(a, checkpoint_store=store).run(
+        [user("hi")], checkpoint_id="v", session_values={"given": 1, "other": 2}))
+    seen: list[dict[str, Any]] = []
+    fresh = ResumableScriptedAgent("A", [], [lambda ctx: seen.append(dict(ctx.session_values))])
+    await collect(rk.Runner(fresh, checkpoint_store=store).resume(
+        "v", session_values={"other": 3}))
+    assert seen == [{"given": 1, "other": 3, "written": "before"}]
+
+
 # -- AR-01, AR-10 ------------------------------------------------------------------------------
 async def test_ar01_nothing_runs_until_iteration() -> None:
     """AR-01: run(), query() and resume() return without running anything; the agent starts on
@@ -487,6 +594,8 @@ def test_ar10_tree_validation_when_the_runner_is_built() -> None:
     ])
     with pytest.raises(Cfg, match="deterministic transfers form a cycle"):
         rk.Runner(cyc)
+    with pytest.raises(Cfg, match="cycle: X -> X"):
+        rk.Runner(rk.with_deterministic_transfer(ScriptedAgent("X"), ["X"]))
 
     # The same names in two separate trees, and an acyclic chain, are fine.
     rk.Runner(rk.set_sub_agents(ScriptedAgent("R"), [ScriptedAgent("A")]))

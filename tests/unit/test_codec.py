@@ -52,7 +52,7 @@ def round_trip(value: Any, key: bytes | None = None) -> Any:
     return codec.loads(codec.dumps(value, kind="test", key=key), kind="test", key=key)
 
 
-# -- round trips -----------------------------------------------------------------------------------
+# -- round trips -------------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [
     None, True, 0, -3, 2**70, 1.5, "text ✓", [], [1, "a", None], {"a": {"b": [1]}},
     (1, (2, "x")), [(1,), ()], b"\x00\xff bytes", {1: "int key", (1, 2): "tuple key"},
@@ -129,7 +129,7 @@ def test_document_shape() -> None:
     assert doc == {"format": "test", "version": codec.FORMAT_VERSION, "payload": {"a": 1}}
 
 
-# -- failures ---------------------------------------------------------------------------------------
+# -- failures ----------------------------------------------------------------------------------
 def test_unregistered_type_fails_to_save_clearly() -> None:
     with pytest.raises(SerializationError, match=r"NotRegistered.*register_type"):
         codec.dumps({"x": NotRegistered(1)}, kind="test")
@@ -164,7 +164,7 @@ def test_messages_name_what_was_loaded() -> None:
         codec.loads(b"{", kind="test", what="checkpoint 'c1'")
 
 
-# -- signing ----------------------------------------------------------------------------------------
+# -- signing -----------------------------------------------------------------------------------
 def test_signed_documents_verify_and_detect_tampering() -> None:
     value = {"leaf": Leaf("x", b"\x00"), "text": "héllo ✓", "n": 1e16}
     signed = codec.dumps(value, kind="test", key=b"k")
@@ -209,7 +209,7 @@ async def test_runner_signs_checkpoints() -> None:
     assert [ev.message.content for ev in events] == ["state"]  # type: ignore[union-attr]
 
 
-# -- register_type ---------------------------------------------------------------------------------
+# -- register_type -----------------------------------------------------------------------------
 def test_register_type_rejects_other_classes_and_name_clashes() -> None:
     with pytest.raises(TypeError):
         rk.register_type("tests.codec.Plain")(type("Plain", (), {}))
@@ -222,7 +222,7 @@ def test_register_type_rejects_other_classes_and_name_clashes() -> None:
         rk.register_type("tests.codec.Leaf")(Other)
 
 
-# -- bugs --------------------------------------------------------------------------------------------
+# -- bugs --------------------------------------------------------------------------------------
 @pytest.mark.xfail(strict=True, reason=(
     "BUG: codec.encode dumps pydantic models with model_dump(mode='python'), so field types "
     "pydantic itself serialises (datetime, UUID, Decimal, Enum) raise SerializationError "

@@ -67,7 +67,7 @@ def test_message_constructors() -> None:
     assert m2.attachments == []
 
 
-# -- concatenation -------------------------------------------------------------------------------
+# -- concatenation -----------------------------------------------------------------------------
 def test_concat_joins_contents_and_merges_metadata() -> None:
     first = chunk("Hel")
     first.metadata["a"] = 1
@@ -116,7 +116,7 @@ def test_concat_fragment_without_id_continues_previous_call() -> None:
     assert [(c.id, c.name, c.arguments) for c in merged.tool_calls] == [("c1", "f", '{"a": 1}')]
 
 
-# -- MessageStream ---------------------------------------------------------------------------------
+# -- MessageStream -----------------------------------------------------------------------------
 async def test_from_list_and_collect() -> None:
     stream = rk.MessageStream.from_list([chunk("a"), chunk("b")])
     assert stream.done
