@@ -86,7 +86,7 @@ def encode(value: Any) -> Any:
         data = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if f.init and f.name not in skipped}
     else:
-        data = encode(value.model_dump(mode="python"))
+        data = encode(value.model_dump(mode="json"))
     return {"__type__": name, "data": data}
 
 
@@ -189,8 +189,13 @@ def _signature(key: bytes, body: bytes) -> str:
 
 def dumps(payload: Any, *, kind: str, key: bytes | None = None) -> bytes:
     """A versioned JSON document of ``kind`` holding ``payload`` (signed when ``key`` is set)."""
-    body = json.dumps(encode(payload), separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    try:
+        body = json.dumps(encode(payload), separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False)
+        body.encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise SerializationError(f"cannot save {kind} data: {exc} (NaN/infinite floats and "
+                                 "unpaired surrogates are not valid JSON)") from None
     doc = {"format": kind, "version": FORMAT_VERSION, "payload": "__BODY__"}
     if key is not None:
         doc["signature"] = _signature(key, body.encode("utf-8"))

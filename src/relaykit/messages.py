@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from relaykit.codec import register_type
+from relaykit.errors import RelayKitError
 
 __all__ = ["Blob", "Message", "MessageStream", "Role", "ToolCall", "concat_messages"]
 
@@ -169,8 +170,10 @@ class _Source:
                 self._finish()
                 return False
             except BaseException as exc:
-                if isinstance(exc, Exception):
-                    self.error = exc
+                # A reader cancelled mid-read leaves the source unusable: the other readers
+                # must not mistake that for a clean end.
+                self.error = exc if isinstance(exc, Exception) else RelayKitError(
+                    "the message stream was cancelled while it was being read")
                 self._finish()
                 raise
             self.chunks.append(chunk)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -92,8 +93,11 @@ async def test_fa03_transfer_to_child_runs_it_on_root_input_plus_history() -> No
     assert r.input_texts == [["hi"]]
 
 
-def _lazy_input_probe(probe: Any) -> Any:
-    """The result of ``probe(input)`` for the input a child receives after a transfer."""
+def _input_probe(probe: Any) -> Any:
+    """A tree R → C where C records ``probe(ctx, input)`` for the input it receives.
+
+    Regression guard: the history input used to be a private ``AgentInput`` subclass that was
+    not equal to an AgentInput, broke ``dataclasses.replace`` and could not be checkpointed."""
     results: list[Any] = []
 
     class Probe(rk.BaseAgent):
@@ -105,22 +109,16 @@ def _lazy_input_probe(probe: Any) -> Any:
     return rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("C")]), [Probe("C")]), results
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: flow.FlowAgent.build_input returns the private subclass flow._LazyInput, which is "
-    "not equal to an AgentInput with the same fields (dataclass __eq__ checks the class)"))
 async def test_fa03_child_input_equals_an_agent_input() -> None:
     """FA-03: the child's input is an AgentInput equal to root input + rewritten history."""
-    root, results = _lazy_input_probe(lambda ctx, inp: inp)
+    root, results = _input_probe(lambda ctx, inp: inp)
     await run_summary(rk.Runner(root), "hi")
     assert results[0] == rk.AgentInput([user("hi"), user("For context: [R] said: r1.")], False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: flow._LazyInput (returned by FlowAgent.build_input) breaks "
-    "dataclasses.replace(input, messages=...): its __init__ takes other arguments (TypeError)"))
 async def test_fa03_child_input_supports_dataclasses_replace() -> None:
     """FA-03: a custom agent can derive a new input from the one it received."""
-    root, results = _lazy_input_probe(
+    root, results = _input_probe(
         lambda ctx, inp: dataclasses.replace(inp, messages=[*inp.messages, user("extra")]))
     events = await run_summary(rk.Runner(root), "hi")
     assert events[-1] == ("C", ["R", "C"], "ok", None)
@@ -128,9 +126,6 @@ async def test_fa03_child_input_supports_dataclasses_replace() -> None:
         "hi", "For context: [R] said: r1.", "extra"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: flow._LazyInput (returned by FlowAgent.build_input) is not a registered type, so an "
-    "agent that saves its input as interrupt state cannot be checkpointed"))
 async def test_fa03_child_input_can_be_saved_as_interrupt_state() -> None:
     """FA-03 / RN-06: the input an agent received can be saved in a checkpoint."""
     store = rk.InMemoryCheckpointStore()
@@ -334,6 +329,36 @@ async def test_fa08_custom_history_rewriter_receives_entries() -> None:
     ]
     # The default rewriter still applies to the agents without a custom one.
     assert a.input_texts == [["hi", "For context: [R] said: r1."]]
+
+
+async def test_fa08_custom_rewriter_with_skip_and_failures() -> None:
+    """FA-08 / D5 / D9: a custom rewriter also runs for the root and never receives skipped
+    transfer messages; a rewriter that raises gives an error event of its agent, which does
+    not run."""
+    seen: list[list[tuple[bool, str, str]]] = []
+
+    async def keep(ctx: rk.RunContext, entries: list[rk.HistoryEntry]) -> list[rk.Message]:
+        seen.append([(e.is_user_input, e.agent_name, e.message.content) for e in entries])
+        return [e.message for e in entries]
+
+    call, result = rk.transfer_messages("B")
+    a = rk.as_flow_agent(ScriptedAgent("A", ["a1", call, with_action(result, rk.AgentAction(
+        transfer_to_agent=rk.TransferToAgentAction("B")))]), history_rewriter=keep)
+    b = ScriptedAgent("B", ["b1"])
+    await run_summary(rk.Runner(rk.set_sub_agents(a, [rk.as_flow_agent(
+        b, history_rewriter=keep)])), "hi", skip_transfer_messages=True)
+    assert seen == [[(True, "", "hi")], [(True, "", "hi"), (False, "A", "a1")]]
+    assert b.input_texts == [["hi", "a1"]]
+
+    async def broken(ctx: rk.RunContext, entries: list[rk.HistoryEntry]) -> list[rk.Message]:
+        raise RuntimeError("rewriter broke")
+
+    c = ScriptedAgent("C", ["c1"])
+    root = rk.set_sub_agents(ScriptedAgent("A", ["a1", transfer("C")]),
+                             [rk.as_flow_agent(c, history_rewriter=broken)])
+    events = await run_summary(rk.Runner(root), "hi")
+    assert events[-1] == ("C", ["A", "C"], "rewriter broke", "error")
+    assert c.started == 0
 
 
 async def test_fa09_skip_transfer_messages_removes_exactly_the_pair() -> None:
@@ -653,6 +678,28 @@ async def test_fa15_same_agents_in_two_trees_do_not_share_state() -> None:
     assert (await run_summary(rk.Runner(tree3), "hi"))[-1] == ("B", ["X", "B"], "b1", None)
     assert b.input_texts == [["hi", "For context: [A] said: a1."],
                              ["hi", "For context: [X] said: x1."]]
+
+
+async def test_fa15_concurrent_runs_of_one_tree_do_not_share_history() -> None:
+    """FA-15: two runs of the same tree at the same time each see only their own root input
+    and history."""
+
+    class Echo(rk.BaseAgent):
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
+            yield say("|".join(m.content for m in input.messages))
+
+    class Chatty(rk.BaseAgent):
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
+            for i in range(3):
+                await asyncio.sleep(0)
+                yield say(f"{input.messages[0].content}-{i}")
+            yield transfer("E")
+
+    runner = rk.Runner(rk.set_sub_agents(Chatty("P"), [Echo("E")]))
+    one, two = await asyncio.gather(run_summary(runner, "one"), run_summary(runner, "two"))
+    for text, events in (("one", one), ("two", two)):
+        assert events[-1] == ("E", ["P", "E"], "|".join(
+            [text, *(f"For context: [P] said: {text}-{i}." for i in range(3))]), None)
 
 
 @pytest.mark.parametrize("read_early", [True, False], ids=["caller-first", "history-first"])

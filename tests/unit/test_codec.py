@@ -223,18 +223,11 @@ def test_register_type_rejects_other_classes_and_name_clashes() -> None:
 
 
 # -- bugs --------------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: codec.encode dumps pydantic models with model_dump(mode='python'), so field types "
-    "pydantic itself serialises (datetime, UUID, Decimal, Enum) raise SerializationError "
-    "telling the user to register datetime"))
 def test_registered_pydantic_model_with_datetime_round_trips() -> None:
     value = Stamped(at=datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC))
     assert round_trip(value) == value
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: codec.dumps lets json's ValueError (NaN/inf floats) and UnicodeEncodeError (lone "
-    "surrogates) escape instead of raising SerializationError"))
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), "\ud800"],
                          ids=["nan", "inf", "lone-surrogate"])
 def test_unsavable_builtin_values_raise_serialization_error(value: Any) -> None:

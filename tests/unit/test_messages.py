@@ -217,10 +217,6 @@ async def test_agent_output_get_message_either_way() -> None:
     assert tool.output is not None and (tool.output.role, tool.output.tool_name) == ("tool", "f")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: messages._Source.pull marks the stream done without an error when the pulling "
-    "reader is cancelled (CancelledError is not an Exception), so every other reader sees a "
-    "clean, silently truncated stream"))
 async def test_cancelled_reader_does_not_silently_truncate_other_readers() -> None:
     """A reader cancelled while it pulls the source must not make the stream look complete
     to the other readers: they get every chunk, or an error — never a clean partial end."""

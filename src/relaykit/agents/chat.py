@@ -227,8 +227,12 @@ class ChatModelAgent:
                 request = ModelRequest(messages, prepared.specs)
                 if streaming:
                     stream = model.stream(request)
-                    yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
-                    reply = await stream.collect()
+                    try:
+                        yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
+                        reply = await stream.collect()
+                    finally:
+                        if not stream.done:  # the caller stopped early: close the model call
+                            await stream.aclose()
                 else:
                     reply = await model.generate(request)
                     yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))

@@ -41,6 +41,8 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     desc: list[str] = []
     params: dict[str, str] = {}
     section = "desc"
+    last: str | None = None
+    last_indent = 0
     for line in lines:
         head = line.strip().lower()
         if head in ("args:", "arguments:", "parameters:"):
@@ -51,10 +53,15 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             continue
         if section == "desc":
             desc.append(line)
-        elif section == "args":
+        elif section == "args" and line.strip():
+            indent = len(line) - len(line.lstrip())
+            if last is not None and indent > last_indent:  # a continuation line
+                params[last] = f"{params[last]} {line.strip()}"
+                continue
             m = _ARG_LINE.match(line)
             if m:
-                params[m.group(1)] = m.group(2).strip()
+                last, last_indent = m.group(1), indent
+                params[last] = m.group(2).strip()
     return "\n".join(desc).strip(), params
 
 
