@@ -1,0 +1,33 @@
+"""The README's example and the demo run as documented (docs must not rot)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_readme_twenty_line_example_runs_and_routes_to_the_weather_agent() -> None:
+    readme = (ROOT / "README.md").read_text()
+    example = re.findall(r"```python\n(.*?)```", readme, re.S)[0]
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, check=True).stdout
+    assert "['router'] Message(role='assistant'" in out
+    assert "['router', 'weather'] Message(role='assistant', content='It is sunny in Paris.'" in out
+
+
+def test_demo_transfers_pauses_for_approval_and_resumes_in_a_fresh_runner() -> None:
+    out = subprocess.run([sys.executable, "-m", "examples.demo"], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, check=True).stdout
+    lines = [line.strip() for line in out.splitlines()]
+    assert "[triage > orders] says: Order 1234 has shipped with DHL; it arrives Thursday." in lines
+    assert "[triage > refunds] PAUSED for a human: Approve a refund of €59.90 for order 1234?" \
+        in lines
+    resumed = lines[lines.index("Later, in a fresh Runner — a manager approves the refund:"):]
+    assert resumed[1] == ("[triage > refunds] tool issue_refund returned: refund of €59.90 for "
+                          "order 1234 approved by manager Ana")
+    assert resumed[-1] == "[triage > refunds > triage] says: Is there anything else I can help " \
+                          "you with?"
