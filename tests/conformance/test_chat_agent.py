@@ -377,20 +377,72 @@ async def test_tr02_transfer_with_bad_arguments_does_not_return_directly() -> No
     assert result.content.startswith("error: ")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: relaykit/agents/chat.py ChatModelAgent._batch/_loop: the tool event of a "
-    "return-directly call is held, and dropped when the call failed (is_error), so an "
-    "erroneous transfer_to_agent / return-directly call has no tool event"))
-async def test_tr02_failed_return_directly_call_still_has_its_tool_event() -> None:
+@rk.tool
+def finish(answer: str) -> str:
+    """Give the final answer."""
+    if not answer:
+        raise rk.ToolError("the answer must not be empty")
+    return f"FINAL: {answer}"
+
+
+@pytest.mark.parametrize("bad_call", [
+    call("transfer_to_agent", {"name": "B"}, "t1"),     # schema mismatch (built-in, transfer)
+    call("exit", {"final_result": 5}, "t1"),            # schema mismatch (built-in, exit)
+    call("finish", {"answer": ""}, "t1"),               # ToolError from a return-directly tool
+    call("finish", "{not json", "t1"),                  # invalid JSON for a return-directly tool
+], ids=["transfer", "exit", "tool-error", "invalid-json"])
+async def test_tr02_failed_return_directly_call_still_has_its_tool_event(
+        bad_call: rk.ToolCall) -> None:
     """§7.7.1 / D15: every tool call yields one tool event; a failed return-directly call is
-    an ordinary tool result (``error: ...``), so it must appear between the call and the next
-    answer — otherwise the run history holds a tool call without its result."""
-    a, _ = agent("A", [calls(call("transfer_to_agent", {"name": "B"}, "t1")), say("sorry")])
+    an ordinary tool result (``error: ...``), so its event must appear between the call and the
+    next answer — otherwise the run history (what the next agent reads) holds a tool call
+    without its result, while the model itself did receive the error message."""
+    a, am = agent("A", [calls(bad_call), say("sorry")], tools=[finish],
+                  return_directly=["finish"], exit_tool=True)
     b, _ = agent("B", [])
     events = await run(rk.set_sub_agents(a, [b]), "hi")
+    assert errors(events) == []
+    assert am.requests[1].messages[-1].content.startswith("error: ")  # the model got it
     summary = await summarize(events)
     assert [s[2] for s in summary] == ["assistant", "tool", "assistant"]
-    assert summary[1][3] is not None and summary[1][3].startswith("error: ")
+    assert summary[1][3] == am.requests[1].messages[-1].content
+
+
+async def test_tr02_chain_interrupt_in_b_resumes_b_then_c() -> None:
+    """D3: A → [B, C] by two calls in one message; B's tool interrupts: the pending C is saved;
+    resume finishes B, then C runs."""
+    store = rk.InMemoryCheckpointStore()
+    approvals = Approvals()
+    a, am = agent("A", [calls(transfer_call("B", "t1"), transfer_call("C", "t2"))])
+    b, bm = agent("B", [calls(call("approve", {"item": "b"}, "bc")), say("B done")],
+                  tools=[approvals.tool])
+    c, cm = agent("C", [say("C here")])
+    root = rk.set_sub_agents(a, [b, c])
+    first = await collect(rk.Runner(root, checkpoint_store=store).query(
+        "hi", checkpoint_id="cp"))
+    assert [s[4] for s in await summarize(first)] == [
+        None, "transfer:B", "transfer:C", None, "interrupt"]
+    [ctx] = interrupt_of(first).contexts
+    assert cm.requests == []
+    second = await collect(rk.Runner(root, checkpoint_store=store).resume(
+        "cp", targets={ctx.id: "ok"}))
+    assert await summarize(second) == [
+        ("B", ["A", "B"], "tool", "b: ok", None),
+        ("B", ["A", "B"], "assistant", "B done", None),
+        ("C", ["A", "C"], "assistant", "C here", None),
+    ]
+    assert (len(am.requests), len(bm.requests), len(cm.requests)) == (1, 2, 1)
+    assert contents(cm.requests[0])[-1] == ("user", "For context: [B] said: B done.")
+
+
+async def test_tr02_chain_exit_in_b_stops_the_chain() -> None:
+    """D3: if B ends with an exit, C does not run."""
+    a, _ = agent("A", [calls(transfer_call("B", "t1"), transfer_call("C", "t2"))])
+    b, _ = agent("B", [calls(call("exit", {"final_result": "B stops"}))], exit_tool=True)
+    c, cm = agent("C", [say("never")])
+    events = await run(rk.set_sub_agents(a, [b, c]), "hi")
+    assert (await summarize(events))[-1] == ("B", ["A", "B"], "tool", "B stops", "exit")
+    assert cm.requests == []
 
 
 # -- the tool loop ------------------------------------------------------------------------------
@@ -492,7 +544,7 @@ async def test_tool_without_arguments_accepts_empty_argument_text() -> None:
     def now() -> str:
         return "noon"
 
-    a, am = agent("A", [calls(rk.ToolCall("n1", "now", "")), say("it is noon")], tools=[now])
+    a, _ = agent("A", [calls(rk.ToolCall("n1", "now", "")), say("it is noon")], tools=[now])
     events = await run(a, "time?")
     assert [s[3] for s in await summarize(events)] == ["call:now", "noon", "it is noon"]
 
@@ -539,10 +591,6 @@ async def test_default_max_iterations_is_twenty() -> None:
 async def test_return_directly_tool_ends_the_run_with_its_result() -> None:
     """``return_directly``: the tool's event is the last event, no further model call, and the
     tool's text is the final output (``output_key``)."""
-
-    @rk.tool
-    def finish(answer: str) -> str:
-        return f"FINAL: {answer}"
 
     a, am = agent("A", [calls(call("finish", {"answer": "42"}, "f1"))], tools=[finish, echo],
                   return_directly=["finish"], output_key="result")
@@ -628,13 +676,38 @@ async def test_output_key_in_streaming_mode_stores_the_concatenated_text() -> No
     assert reader.seen == [{"out": "Hello, I am an AI assistant."}]
 
 
-async def test_output_key_is_not_written_when_the_model_fails() -> None:
-    """§7.9: not written on error (a parallel sibling reads the value after the failure)."""
-    a, _ = agent("A", [RuntimeError("model down")], output_key="out")
-    events = await run(rk.SequentialAgent("S", [a, ReadValues("reader", ["out"])]), "go",
-                       session_values={"out": "before"})
-    assert [s[2] for s in await summarize(events)] == ["error"]
-    assert str(events[0].error) == "model down"
+class Host(rk.BaseAgent):
+    """A custom agent that runs ``inner`` (as a flow agent below it), forwards its events, then
+    reports the session value ``key`` as its own message."""
+
+    def __init__(self, inner: rk.Agent, key: str) -> None:
+        super().__init__("host", "hosts an agent")
+        self.inner = rk.as_flow_agent(inner)
+        self.key = key
+
+    async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
+        async for ev in self.inner.run(ctx, input):
+            yield ev
+        yield rk.AgentEvent.from_message(
+            say(f"{self.key}={ctx.get_session_value(self.key, '<missing>')}"))
+
+
+async def test_output_key_is_not_written_when_the_run_fails() -> None:
+    """§7.9: not written on error (the tool round succeeded, the second model call failed)."""
+    a, _ = agent("A", [calls(call("echo", {"text": "x"})), RuntimeError("model down")],
+                 tools=[echo], output_key="out")
+    events = await run(Host(a, "out"), "go")
+    summary = await summarize(events)
+    assert [s[2] for s in summary] == ["assistant", "tool", "error", "assistant"]
+    assert summary[2][3] == "RuntimeError: model down"
+    assert summary[-1][3] == "out=<missing>"
+
+
+async def test_output_key_written_by_host_probe() -> None:
+    """Control for the test above: the same probe sees the value after a successful run."""
+    a, _ = agent("A", [say("fine")], output_key="out")
+    events = await run(Host(a, "out"), "go")
+    assert (await summarize(events))[-1][3] == "out=fine"
 
 
 class ReadValues(rk.BaseAgent):
@@ -972,7 +1045,7 @@ async def test_tool_interrupt_resume_with_new_runner_and_targets() -> None:
         return a, am, approvals, counter
 
     batch = calls(call("lookup", {"key": "k"}, "c1"), call("approve", {"item": "x"}, "c2"))
-    a1, _, approvals1, counter1 = build([batch])
+    a1, _, _, counter1 = build([batch])
     first = await collect(rk.Runner(a1, checkpoint_store=store).query("go", checkpoint_id="cp"))
     assert [s[3] for s in await summarize(first)] == ["call:lookup,approve", "value of k", None]
     [ctx] = interrupt_of(first).contexts
@@ -1000,7 +1073,7 @@ async def test_resume_without_targets_resumes_every_interrupted_tool() -> None:
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
     batch = calls(call("approve", {"item": "a"}, "c1"), call("approve", {"item": "b"}, "c2"))
-    a, am = agent("A", [batch, say("all done")], tools=[approvals.tool])
+    a, _ = agent("A", [batch, say("all done")], tools=[approvals.tool])
     first = await collect(rk.Runner(a, checkpoint_store=store).query("go", checkpoint_id="cp"))
     assert len(interrupt_of(first).contexts) == 2
     second = await collect(rk.Runner(a, checkpoint_store=store).resume("cp"))
@@ -1058,10 +1131,6 @@ async def test_held_return_directly_event_is_emitted_after_resume() -> None:
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
 
-    @rk.tool
-    def finish(answer: str) -> str:
-        return f"final {answer}"
-
     def build() -> tuple[rk.ChatModelAgent, rk.ScriptedModel]:
         return agent("A", [calls(call("finish", {"answer": "42"}, "f"),
                                  call("approve", {"item": "z"}, "a"))],
@@ -1072,7 +1141,7 @@ async def test_held_return_directly_event_is_emitted_after_resume() -> None:
     assert [s[4] for s in await summarize(first)] == [None, "interrupt"]
     a2, am2 = build()
     second = await collect(rk.Runner(a2, checkpoint_store=store).resume("cp"))
-    assert [s[3] for s in await summarize(second)] == ["z: None", "final 42"]
+    assert [s[3] for s in await summarize(second)] == ["z: None", "FINAL: 42"]
     assert am2.requests == []
 
 
@@ -1111,3 +1180,102 @@ async def test_tool_interrupt_inside_a_tree_resumes_the_child_agent() -> None:
         ("B", ["A", "B"], "assistant", "B finished", None),
     ]
     assert (len(am.requests), len(bm.requests)) == (1, 2)
+
+
+async def test_targeted_tool_that_interrupts_again_keeps_its_id() -> None:
+    """D11: a targeted tool that is not satisfied and interrupts again keeps its interrupt id;
+    it sees its own saved state each time."""
+    store = rk.InMemoryCheckpointStore()
+    seen: list[tuple[bool, Any, Any]] = []
+
+    @rk.tool
+    def ask(ctx: rk.ToolContext) -> str:
+        seen.append((ctx.was_interrupted, ctx.interrupt_state, ctx.resume_data))
+        if ctx.resume_data != "good":
+            raise rk.ToolInterrupt({"round": len(seen)}, state=len(seen))
+        return "accepted"
+
+    a, _ = agent("A", [calls(call("ask", None, "c1")), say("end")], tools=[ask])
+    first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
+    [c1] = interrupt_of(first).contexts
+    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
+        "cp", targets={c1.id: "bad"}))
+    [c2] = interrupt_of(second).contexts
+    assert c2.id == c1.id and c2.info == {"round": 2}
+    third = await collect(rk.Runner(a, checkpoint_store=store).resume(
+        "cp", targets={c2.id: "good"}))
+    assert [s[3] for s in await summarize(third)] == ["accepted", "end"]
+    assert seen == [(False, None, None), (True, 1, "bad"), (True, 2, "good")]
+
+
+async def test_max_iterations_count_continues_across_resume() -> None:
+    """The remaining iterations are part of the saved state: a resume does not reset them."""
+    store = rk.InMemoryCheckpointStore()
+    approvals = Approvals()
+    a, am = agent("A", [calls(call("approve", {"item": "x"}, "c1")),
+                        calls(call("echo", {"text": "y"}, "c2")), say("never")],
+                  tools=[approvals.tool, echo], max_iterations=2)
+    first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
+    [ctx] = interrupt_of(first).contexts
+    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
+        "cp", targets={ctx.id: "ok"}))
+    assert [s[2] for s in await summarize(second)] == ["tool", "assistant", "tool", "error"]
+    assert isinstance(second[-1].error, MaxIterationsError)
+    assert len(am.requests) == 2
+
+
+async def test_long_running_tool_pauses_and_its_resume_data_is_the_result() -> None:
+    """API.md long-running tools: the function runs once; its return value is in the interrupt
+    info; the resume data becomes the tool result (non-str as JSON); no second call."""
+    store = rk.InMemoryCheckpointStore()
+    started: list[str] = []
+
+    @rk.tool(long_running=True)
+    def start_job(job: str) -> dict[str, int]:
+        """Start a long job."""
+        started.append(job)
+        return {"ticket": 7}
+
+    a, am = agent("A", [calls(call("start_job", {"job": "build"}, "c1")), say("job finished")],
+                  tools=[start_job])
+    first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
+    [ctx] = interrupt_of(first).contexts
+    assert ctx.info == {"tool": "start_job", "tool_call_id": "c1",
+                        "arguments": {"job": "build"}, "started": {"ticket": 7}}
+    assert ctx.address[-1] == rk.AddressSegment("tool", "start_job", "c1")
+    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
+        "cp", targets={ctx.id: {"status": "ok"}}))
+    assert [s[3] for s in await summarize(second)] == ['{"status": "ok"}', "job finished"]
+    assert started == ["build"]
+    assert json.loads(am.requests[1].messages[-1].content) == {"status": "ok"}
+
+
+async def test_exit_tool_result_is_saved_under_output_key() -> None:
+    a, _ = agent("A", [calls(call("exit", {"final_result": "exit text"}))], exit_tool=True,
+                 output_key="out")
+    events = await run(Host(a, "out"), "go")
+    assert [s[3] for s in await summarize(events)] == ["call:exit", "exit text", "out=exit text"]
+
+
+async def test_streaming_model_error_ends_the_stream_and_is_an_error_event() -> None:
+    """A streamed model call that fails: the stream event is delivered, reading it raises, and
+    an error event of the agent follows."""
+    a, _ = agent("A", [RuntimeError("stream broke")])
+    events = await run(a, "go", streaming=True)
+    assert len(events) == 2
+    out = events[0].output
+    assert out is not None and out.stream is not None
+    with pytest.raises(RuntimeError, match="stream broke"):
+        await out.stream.collect()
+    assert events[1].agent_name == "A" and str(events[1].error) == "stream broke"
+
+
+async def test_exception_in_a_single_tool_call_is_an_error_event() -> None:
+    @rk.tool
+    def broken() -> str:
+        raise ValueError("bad state")
+
+    a, am = agent("A", [calls(call("broken")), say("never")], tools=[broken])
+    events = await run(a, "go")
+    assert (await summarize(events))[-1] == ("A", ["A"], "error", "ValueError: bad state", None)
+    assert len(am.requests) == 1

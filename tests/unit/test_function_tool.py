@@ -103,23 +103,28 @@ def test_all_parameters_optional_have_no_required_entries() -> None:
     assert params["properties"]["n"]["default"] == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: relaykit/tools/function.py _parse_docstring drops "
-                   "the indented continuation lines of a Google-style Args description")
 def test_multiline_arg_description_keeps_continuation_lines() -> None:
-    """Google style allows an argument description to continue on indented lines."""
+    """Google style allows an argument description to continue on indented lines; the next
+    argument starts a new description."""
 
     @rk.tool
-    def search(query: str) -> str:
+    def search(query: str, limit: int = 5) -> str:
         """Search the index.
 
         Args:
             query: The words to look for,
                 separated by spaces.
+            limit: At most this
+                many hits.
+
+        Returns:
+            The hits.
         """
         return query
 
-    desc = search.spec.parameters["properties"]["query"]["description"]
-    assert desc.split() == ["The", "words", "to", "look", "for,", "separated", "by", "spaces."]
+    props = search.spec.parameters["properties"]
+    assert props["query"]["description"] == "The words to look for, separated by spaces."
+    assert props["limit"]["description"] == "At most this many hits."
 
 
 # -- calling -----------------------------------------------------------------------------------

@@ -272,8 +272,8 @@ class ChatModelAgent:
             rd = state.return_directly_call
             if rd is not None:
                 result = state.results[rd]
-                if not result.is_error:
-                    yield _result_event(result)
+                yield _result_event(result)  # held until the whole batch finished
+                if not result.is_error:  # a failed call does not return directly (D15)
                     self._save_output(ctx, result.message.content)
                     return
             remaining = state.remaining_iterations

@@ -122,8 +122,11 @@ class _Workflow:
                         state: Any = (LoopState(iteration, index) if loop
                                       else SequentialState(index))
                         label = "Loop" if loop else "Sequential"
-                        yield composite_interrupt(ctx, f"{label} workflow interrupted", state,
-                                                  last)
+                        event = composite_interrupt(ctx, f"{label} workflow interrupted", state,
+                                                    last)
+                        # Reported as the interrupted child's event (eino-reference §9.2).
+                        event.agent_name, event.run_path = last.agent_name, last.run_path
+                        yield event
                         return
                     if last.action.exit:
                         return
