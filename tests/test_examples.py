@@ -31,3 +31,32 @@ def test_demo_transfers_pauses_for_approval_and_resumes_in_a_fresh_runner() -> N
                           "order 1234 approved by manager Ana")
     assert resumed[-1] == "[triage > refunds > triage] says: Is there anything else I can help " \
                           "you with?"
+
+
+def _run_module(module: str) -> list[str]:
+    out = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT, check=True).stdout
+    return out.splitlines()
+
+
+def test_workflows_example_fans_out_then_loops_until_the_critic_breaks() -> None:
+    lines = _run_module("examples.workflows")
+    assert lines[0].startswith("[report > research > ")
+    assert {lines[0].split("]")[0], lines[1].split("]")[0]} == {
+        "[report > research > web", "[report > research > docs"}
+    assert lines[2:6] == [
+        "[report > refine > writer] Draft: Paris, capital of France, 2.1M people, and much "
+        "more...",
+        "[report > refine > critic] Too long; cut it.",
+        "[report > refine > writer] Paris: capital of France, 2.1M people.",
+        "[report > refine > critic] Approved.",
+    ]
+    assert "break_loop=BreakLoopAction(from_agent='critic', done=True" in lines[6]
+
+
+def test_agent_tool_example_returns_the_researchers_answer() -> None:
+    assert _run_module("examples.agent_tool") == [
+        "[lead] assistant: ['researcher']",
+        "[lead] tool: Fact: the Eiffel Tower is 330 m tall.",
+        "[lead] assistant: Answer, from research: Fact: the Eiffel Tower is 330 m tall.",
+    ]

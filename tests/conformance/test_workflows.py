@@ -4,120 +4,28 @@ agents (seed 004; semantics D1, D7, D8, D11, D17; eino-reference §9, §10.1 and
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterable, Sequence
 from typing import Any
 
 import relaykit as rk
-
-Summary = tuple[str, list[str], "str | None", "str | None", "str | None"]
-
-
-# -- helpers (self-contained) -------------------------------------------------------------------
-def call(name: str, args: Any = None, call_id: str = "c1") -> rk.ToolCall:
-    text = args if isinstance(args, str) else json.dumps({} if args is None else args)
-    return rk.ToolCall(call_id, name, text)
-
-
-def calls(*tool_calls: rk.ToolCall, text: str = "") -> rk.Message:
-    return rk.Message.assistant(text, list(tool_calls))
-
-
-def say(text: str) -> rk.Message:
-    return rk.Message.assistant(text)
-
-
-def transfer_call(dest: str, call_id: str = "t1") -> rk.ToolCall:
-    return call("transfer_to_agent", {"agent_name": dest}, call_id)
+from tests.conformance.llm_helpers import (
+    agent,
+    call,
+    calls,
+    chain,
+    collect,
+    contents,
+    errors,
+    interrupt_of,
+    names,
+    run,
+    say,
+    summarize,
+    transfer_call,
+    user_texts,
+)
 
 
-def agent(name: str, script: Sequence[Any], *, description: str | None = None,
-          instruction: str | None = None, **options: Any
-          ) -> tuple[rk.ChatModelAgent, rk.ScriptedModel]:
-    model = rk.ScriptedModel(script)
-    return rk.ChatModelAgent(name, description if description is not None else f"{name} desc",
-                             instruction if instruction is not None else f"You are {name}.",
-                             model=model, **options), model
-
-
-async def collect(events: AsyncIterable[rk.AgentEvent]) -> list[rk.AgentEvent]:
-    return [ev async for ev in events]
-
-
-def names(path: Sequence[Any]) -> list[str]:
-    return [step.agent_name for step in path]
-
-
-def action_kind(ev: rk.AgentEvent) -> str | None:
-    a = ev.action
-    if a is None:
-        return None
-    if a.interrupted is not None:
-        return "interrupt"
-    if a.exit:
-        return "exit"
-    if a.transfer_to_agent is not None:
-        return f"transfer:{a.transfer_to_agent.dest_agent_name}"
-    if a.break_loop is not None:
-        return "break_loop"
-    if a.custom is not None:
-        return "custom"
-    return None
-
-
-async def summarize(events: Sequence[rk.AgentEvent]) -> list[Summary]:
-    out: list[Summary] = []
-    for ev in events:
-        role: str | None = None
-        text: str | None = None
-        if ev.error is not None:
-            role, text = "error", f"{type(ev.error).__name__}: {ev.error}"
-        elif ev.output is not None:
-            msg = await ev.output.get_message()
-            assert msg is not None
-            role, text = msg.role, msg.content
-            if msg.tool_calls:
-                text = (text + " " if text else "") + "call:" + ",".join(
-                    c.name for c in msg.tool_calls)
-        out.append((ev.agent_name, names(ev.run_path), role, text, action_kind(ev)))
-    return out
-
-
-async def run(root: rk.Agent, *texts: str, **options: Any) -> list[rk.AgentEvent]:
-    streaming = options.pop("streaming", False)
-    runner = rk.Runner(root, streaming=streaming)
-    return await collect(runner.run([rk.Message.user(t) for t in texts], **options))
-
-
-def contents(request: rk.ModelRequest) -> list[tuple[str, str]]:
-    return [(m.role, m.content) for m in request.messages]
-
-
-def user_texts(request: rk.ModelRequest) -> list[str]:
-    return [m.content for m in request.messages if m.role == "user"]
-
-
-def errors(events: Sequence[rk.AgentEvent]) -> list[BaseException]:
-    return [ev.error for ev in events if ev.error is not None]
-
-
-def interrupt_of(events: Sequence[rk.AgentEvent]) -> rk.InterruptInfo:
-    found = [ev for ev in events if ev.action is not None and ev.action.interrupted is not None]
-    assert len(found) == 1, f"expected exactly one interrupt event, got {len(found)}"
-    assert found[0] is events[-1]
-    info = found[0].action.interrupted  # type: ignore[union-attr]
-    assert info is not None
-    return info
-
-
-def chain(ctx: rk.InterruptContext | None) -> list[tuple[str, ...]]:
-    out: list[tuple[str, ...]] = []
-    while ctx is not None:
-        out.append(tuple(str(seg) for seg in ctx.address))
-        ctx = ctx.parent
-    return out
-
-
+# -- helpers (shared ones in llm_helpers.py) ------------------------------------------------------
 class Approvals:
     """An interrupting tool ``approve(item)``: interrupts first; on resume returns
     ``<item>: <data>`` when targeted, else interrupts again."""

@@ -124,8 +124,9 @@ class ChatModelAgent:
     ...                        model=ScriptedModel([Message.assistant("Hi!")]))  # doctest: +SKIP
     """
 
-    def __init__(self, name: str, description: str = "", instruction: str = "", *,
-                 model: ChatModel, tools: Sequence[Tool] = (), max_iterations: int = 20,
+    def __init__(self, name: str, description: str = "", instruction: str = "",
+                 model: ChatModel | None = None, tools: Sequence[Tool] = (),
+                 max_iterations: int = 20,
                  output_key: str | None = None, return_directly: Sequence[str] = (),
                  exit_tool: bool = False) -> None:
         if not name:
@@ -135,7 +136,7 @@ class ChatModelAgent:
         self.name = name
         self.description = description
         self.instruction = instruction
-        self.model = model
+        self.model: ChatModel = model
         self.tools = list(tools)
         self.max_iterations = max_iterations if max_iterations > 0 else 20
         self.output_key = output_key
