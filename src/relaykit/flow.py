@@ -367,13 +367,14 @@ class FlowAgent:
         records = ctx.history.visible()
         if not records and self.history_rewriter is None:
             return AgentInput(list(root_messages), streaming)
-        skip_ids = _transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
         if self.history_rewriter is None:
             for rec in records:  # streams are read here; the rest is built on first use
                 if rec.message is None and not rec.skip:
                     out = rec.event.output
                     if out is not None and out.stream is not None:
                         await rec.resolve()
+        skip_ids = _transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
+        if self.history_rewriter is None:
             args = (self.name, list(root_messages), records, len(records), skip_ids)
             return AgentInput.deferred(lambda: _default_history(*args), streaming)
         entries = [HistoryEntry(True, "", m) for m in root_messages]
