@@ -226,9 +226,9 @@ def error_detail(body: object, fallback: str) -> str:
     return fallback
 
 
-def split_options(fn: Callable[..., Any], options: Mapping[str, Any]
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Split ``options`` into keyword arguments ``fn`` accepts and the rest (for ``extra_body``).
+def split_options(fn: Callable[..., Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the SDK call ``fn``: the options it names, the rest in
+    ``extra_body``.
 
     Lets callers pass provider options the installed SDK version does not name (``top_k`` for a
     vLLM server, say): they are sent in the request body as they are.
@@ -236,9 +236,11 @@ def split_options(fn: Callable[..., Any], options: Mapping[str, Any]
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return dict(options), {}
+        return dict(options)
     known: dict[str, Any] = {}
     extra: dict[str, Any] = {}
     for key, value in options.items():
         (known if key in params else extra)[key] = value
-    return known, extra
+    if extra:
+        known["extra_body"] = {**extra, **known.get("extra_body", {})}
+    return known

@@ -94,9 +94,7 @@ class AnthropicModel:
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         options = {"max_tokens": self.max_tokens, **self.default_options, **request.options}
-        kwargs, extra = split_options(self.client.messages.create, options)
-        if extra:
-            kwargs["extra_body"] = {**extra, **kwargs.get("extra_body", {})}
+        kwargs = split_options(self.client.messages.create, options)
         system, messages = to_anthropic_messages(request.messages)
         kwargs["model"] = self.model
         kwargs["messages"] = messages

@@ -93,9 +93,7 @@ class OpenAIModel:
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         options = {**self.default_options, **request.options}
-        kwargs, extra = split_options(self.client.chat.completions.create, options)
-        if extra:
-            kwargs["extra_body"] = {**extra, **kwargs.get("extra_body", {})}
+        kwargs = split_options(self.client.chat.completions.create, options)
         kwargs["model"] = self.model
         kwargs["messages"] = to_openai_messages(request.messages, self.provider)
         if request.tools:
