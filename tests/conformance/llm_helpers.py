@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import relaykit as rk
 from tests.conformance import helpers as h
 from tests.conformance.helpers import collect, names
 
 __all__ = [
+    "BaseApprovals",
     "Summary",
     "action_kind",
     "agent",
@@ -38,6 +39,8 @@ __all__ = [
 
 Summary = tuple[str, list[str], "str | None", "str | None", "str | None"]
 """``(agent, run path, role, text, action)`` — see :func:`summarize`."""
+
+R = TypeVar("R")
 
 
 # -- building scripts and agents ---------------------------------------------------------------
@@ -79,6 +82,32 @@ async def run(root: rk.Agent, *texts: str, **options: Any) -> list[rk.AgentEvent
     streaming = options.pop("streaming", False)
     runner = rk.Runner(root, streaming=streaming)
     return await collect(runner.run([rk.Message.user(t) for t in texts], **options))
+
+
+class BaseApprovals(Generic[R]):
+    """An interrupting tool ``approve(item)`` (``self.tool``): the first call interrupts with
+    ``{"approve": item}`` and state ``{"item": item}``; on resume it returns
+    ``<item>: <resume data>`` when targeted, else interrupts again with its saved state. Every
+    call appends ``self.record(ctx, item)`` to ``self.calls`` first."""
+
+    def __init__(self) -> None:
+        self.calls: list[R] = []
+
+        @rk.tool
+        def approve(ctx: rk.ToolContext, item: str) -> str:
+            """Ask a human to approve ``item``."""
+            self.calls.append(self.record(ctx, item))
+            if not ctx.was_interrupted:
+                raise rk.ToolInterrupt({"approve": item}, state={"item": item})
+            if not ctx.is_resume_target:
+                raise rk.ToolInterrupt({"approve": item}, state=ctx.interrupt_state)
+            return f"{item}: {ctx.resume_data}"
+
+        self.tool = approve
+
+    def record(self, ctx: rk.ToolContext, item: str) -> R:
+        """What a call of the tool leaves in ``self.calls``."""
+        raise NotImplementedError
 
 
 # -- reading events ----------------------------------------------------------------------------

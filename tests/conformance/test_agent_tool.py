@@ -15,6 +15,7 @@ import pytest
 
 import relaykit as rk
 from tests.conformance.llm_helpers import (
+    BaseApprovals,
     agent,
     call,
     calls,
@@ -37,25 +38,13 @@ DEFAULT_PARAMETERS = {
 
 
 # -- helpers (shared ones in llm_helpers.py) ------------------------------------------------------
-class Approvals:
-    """An interrupting tool ``approve(item)`` (see test_chat_agent.py)."""
+class Approvals(BaseApprovals[dict[str, Any]]):
+    """The interrupting tool ``approve(item)``, recording what each call learned."""
 
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-        @rk.tool
-        def approve(ctx: rk.ToolContext, item: str) -> str:
-            """Ask a human to approve ``item``."""
-            self.calls.append({"item": item, "was_interrupted": ctx.was_interrupted,
-                               "state": ctx.interrupt_state, "is_target": ctx.is_resume_target,
-                               "data": ctx.resume_data})
-            if not ctx.was_interrupted:
-                raise rk.ToolInterrupt({"approve": item}, state={"item": item})
-            if not ctx.is_resume_target:
-                raise rk.ToolInterrupt({"approve": item}, state=ctx.interrupt_state)
-            return f"{item}: {ctx.resume_data}"
-
-        self.tool = approve
+    def record(self, ctx: rk.ToolContext, item: str) -> dict[str, Any]:
+        return {"item": item, "was_interrupted": ctx.was_interrupted,
+                "state": ctx.interrupt_state, "is_target": ctx.is_resume_target,
+                "data": ctx.resume_data}
 
 
 # -- spec ---------------------------------------------------------------------------------------

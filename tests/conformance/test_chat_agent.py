@@ -19,6 +19,7 @@ import pytest
 import relaykit as rk
 from relaykit.errors import MaxIterationsError
 from tests.conformance.llm_helpers import (
+    BaseApprovals,
     agent,
     call,
     calls,
@@ -873,29 +874,16 @@ async def test_tool_context_carries_names_and_run_context() -> None:
 
 
 # -- tool interrupts and resume ------------------------------------------------------------------
-class Approvals:
-    """An interrupting tool ``approve(item)``: the first call interrupts with
+class Approvals(BaseApprovals[dict[str, Any]]):
+    """The interrupting tool ``approve(item)``: the first call interrupts with
     ``{"approve": item}`` and state ``{"item": item}``; on resume it records what it learned and,
     if targeted, returns ``<item>: <resume data>``, else interrupts again (the framework
     normally does this for it)."""
 
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-        @rk.tool
-        def approve(ctx: rk.ToolContext, item: str) -> str:
-            """Ask a human to approve ``item``."""
-            self.calls.append({
-                "item": item, "call_id": ctx.tool_call_id,
+    def record(self, ctx: rk.ToolContext, item: str) -> dict[str, Any]:
+        return {"item": item, "call_id": ctx.tool_call_id,
                 "was_interrupted": ctx.was_interrupted, "state": ctx.interrupt_state,
-                "is_target": ctx.is_resume_target, "data": ctx.resume_data})
-            if not ctx.was_interrupted:
-                raise rk.ToolInterrupt({"approve": item}, state={"item": item})
-            if not ctx.is_resume_target:
-                raise rk.ToolInterrupt({"approve": item}, state=ctx.interrupt_state)
-            return f"{item}: {ctx.resume_data}"
-
-        self.tool = approve
+                "is_target": ctx.is_resume_target, "data": ctx.resume_data}
 
     def items(self) -> list[tuple[str, bool]]:
         return [(c["item"], c["was_interrupted"]) for c in self.calls]

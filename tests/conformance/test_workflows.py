@@ -8,6 +8,7 @@ from typing import Any
 
 import relaykit as rk
 from tests.conformance.llm_helpers import (
+    BaseApprovals,
     agent,
     call,
     calls,
@@ -26,24 +27,11 @@ from tests.conformance.llm_helpers import (
 
 
 # -- helpers (shared ones in llm_helpers.py) ------------------------------------------------------
-class Approvals:
-    """An interrupting tool ``approve(item)``: interrupts first; on resume returns
-    ``<item>: <data>`` when targeted, else interrupts again."""
+class Approvals(BaseApprovals[tuple[str, bool, Any]]):
+    """The interrupting tool ``approve(item)``, recording ``(item, was interrupted, data)``."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, bool, Any]] = []
-
-        @rk.tool
-        def approve(ctx: rk.ToolContext, item: str) -> str:
-            """Ask a human to approve ``item``."""
-            self.calls.append((item, ctx.was_interrupted, ctx.resume_data))
-            if not ctx.was_interrupted:
-                raise rk.ToolInterrupt({"approve": item}, state={"item": item})
-            if not ctx.is_resume_target:
-                raise rk.ToolInterrupt({"approve": item}, state=ctx.interrupt_state)
-            return f"{item}: {ctx.resume_data}"
-
-        self.tool = approve
+    def record(self, ctx: rk.ToolContext, item: str) -> tuple[str, bool, Any]:
+        return (item, ctx.was_interrupted, ctx.resume_data)
 
 
 class Probe(rk.BaseAgent):
