@@ -74,7 +74,7 @@ async def fresh_turns() -> list[float]:
 
 
 async def growing_turns() -> tuple[list[float], int]:
-    runner, _, model_b = build()
+    runner, _, _ = build()
     history: list[Message] = []
     times = []
     for _ in range(TURNS):
