@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relaykit._aio import closing
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     TRANSFER_TOOL,
@@ -188,34 +189,31 @@ class ChatModelAgent:
         return Message("system", filled + prepared.instruction[len(base):])
 
     # -- run / resume ----------------------------------------------------------------------
-    async def run(self, ctx: RunContext, input: Any, **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(self, ctx: RunContext, input: Any, **options: Any) -> AsyncIterator[AgentEvent]:
         """Run the tool loop on ``input.messages`` (with the instruction as system message)."""
-        prepared = self._prepare(ctx)
-        system = self._system_message(ctx, prepared)
-        # The framework hands each agent a fresh message list of its own (AgentInput).
-        messages = input.messages
-        if system is not None:
-            messages.insert(0, system)
-        async for ev in self._loop(ctx, prepared, messages, self.max_iterations,
-                                   bool(input.enable_streaming), None):
-            yield ev
+        return self._loop(ctx, input, self.max_iterations, bool(input.enable_streaming), None)
 
-    async def resume(self, ctx: RunContext, info: ResumeInfo,
-                     **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(self, ctx: RunContext, info: ResumeInfo,
+               **options: Any) -> AsyncIterator[AgentEvent]:
         """Continue the tool batch that was interrupted; finished calls are not run again."""
         state = info.interrupt_state
         if not isinstance(state, ChatModelAgentState):
             raise ConfigurationError(
                 f"ChatModelAgent {self.name!r} was asked to resume with an invalid interrupt "
                 f"state of type {type(state).__name__}")
-        prepared = self._prepare(ctx)
-        async for ev in self._loop(ctx, prepared, state.messages, state.remaining_iterations,
-                                   info.enable_streaming, state):
-            yield ev
+        return self._loop(ctx, None, state.remaining_iterations, info.enable_streaming, state)
 
-    async def _loop(self, ctx: RunContext, prepared: _Prepared, messages: list[Message],
-                    remaining: int, streaming: bool,
+    async def _loop(self, ctx: RunContext, input: Any, remaining: int, streaming: bool,
                     paused: ChatModelAgentState | None) -> AsyncIterator[AgentEvent]:
+        prepared = self._prepare(ctx)
+        if paused is not None:
+            messages = paused.messages
+        else:
+            system = self._system_message(ctx, prepared)
+            # The framework hands each agent a fresh message list of its own (AgentInput).
+            messages = input.messages
+            if system is not None:
+                messages.insert(0, system)
         model = self.model
         while True:
             if paused is None:
@@ -263,8 +261,9 @@ class ChatModelAgent:
                         del state.pending[call.id]
                     else:  # D8: not targeted: stays pending with the same id
                         pending.signal = self._reinterrupt(ctx, call, pending)
-            async for ev in self._batch(ctx, prepared, state, todo):
-                yield ev
+            async with closing(self._batch(ctx, prepared, state, todo)) as results:
+                async for ev in results:
+                    yield ev
             if state.pending:
                 yield self._interrupt_event(ctx, state)
                 return
