@@ -187,3 +187,11 @@ def test_importing_relaykit_does_not_import_mcp() -> None:
     code = ("import sys, relaykit, relaykit.tools.base, relaykit.tools.mcp; "
             "assert 'mcp' not in sys.modules, 'mcp imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_tool_names_are_made_safe_for_every_provider() -> None:
+    from relaykit.tools.mcp import model_safe_name
+
+    assert model_safe_name("fs.read file") == "fs_read_file"
+    assert model_safe_name("github:search-issues") == "github_search-issues"
+    assert model_safe_name("x" * 80) == "x" * 64

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -68,6 +69,20 @@ def _require_mcp() -> None:
             f"MCP tools need mcp>=2, but mcp {installed} is installed: "
             f"pip install -U 'mcp>=2' (or {_INSTALL_HINT})"
         )
+
+
+_UNSAFE_NAME_CHARS = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+def model_safe_name(name: str) -> str:
+    """A tool name every provider accepts (``^[a-zA-Z0-9_-]{1,64}$``): other characters become
+    ``_``; the server is still called with its own name.
+
+    >>> model_safe_name("fs.read file")
+    'fs_read_file'
+    """
+    safe = _UNSAFE_NAME_CHARS.sub("_", name)[:64]
+    return safe or "_"
 
 
 class MCPToolset:
@@ -246,7 +261,7 @@ class MCPToolset:
         schema = definition.input_schema
         parameters: dict[str, Any] = (copy.deepcopy(schema) if isinstance(schema, dict) and schema
                                       else {"type": "object", "properties": {}})
-        return ToolSpec(name=f"{self._name_prefix}{definition.name}",
+        return ToolSpec(name=model_safe_name(f"{self._name_prefix}{definition.name}"),
                         description=definition.description or definition.title or "",
                         parameters=parameters)
 
