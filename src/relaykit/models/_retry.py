@@ -22,12 +22,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from relaykit.errors import ModelError
-from relaykit.messages import Message
+from relaykit.messages import Message, MessageStream
 
 __all__ = [
     "RETRYABLE_STATUSES",
     "Classifier",
     "Failure",
+    "ProviderModel",
     "Retrier",
     "RetryPolicy",
     "error_detail",
@@ -244,3 +245,46 @@ def split_options(fn: Callable[..., Any], options: Mapping[str, Any]) -> dict[st
     if extra:
         known["extra_body"] = {**extra, **known.get("extra_body", {})}
     return known
+
+
+class ProviderModel:
+    """What the provider adapters share: their identity, and ``generate``/``stream`` run
+    through the retrier. A subclass says how to make one call (``_call``) and how to read one
+    stream (``_chunks``)."""
+
+    model: str
+    provider: str
+    _retrier: Retrier
+
+    def _setup(self, provider: str, model: str, max_retries: int, backoff_base: float,
+               classify: Classifier) -> None:
+        self.model = model
+        self.provider = provider
+        self._retrier = Retrier(provider, model, RetryPolicy(max_retries, backoff_base),
+                                classify)
+
+    @property
+    def name(self) -> str:
+        """``provider:model``."""
+        return f"{self.provider}:{self.model}"
+
+    def __repr__(self) -> str:
+        base_url = getattr(getattr(self, "client", None), "base_url", None)
+        where = f", base_url={str(base_url)!r}" if base_url is not None else ""
+        return f"{type(self).__name__}({self.model!r}{where})"
+
+    def _call(self, request: Any) -> Callable[[], Awaitable[Message]]:
+        """Prepare ``request`` once; return the call that the retrier may repeat."""
+        raise NotImplementedError
+
+    def _chunks(self, request: Any) -> AsyncIterator[Message]:
+        """Open one streamed call (errors preparing it come out of the stream)."""
+        raise NotImplementedError
+
+    async def generate(self, request: Any) -> Message:
+        """Send the request and return the assistant message (usage in metadata)."""
+        return await self._retrier.call(self._call(request))
+
+    def stream(self, request: Any) -> MessageStream:
+        """Stream the assistant message: text deltas, tool-call fragments, then usage."""
+        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))

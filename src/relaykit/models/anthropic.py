@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
 import anthropic
@@ -17,11 +17,10 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent, Usage
 
 from relaykit.errors import ConfigurationError, ModelError
-from relaykit.messages import Blob, Message, MessageStream, ToolCall
+from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._retry import (
     Failure,
-    Retrier,
-    RetryPolicy,
+    ProviderModel,
     error_detail,
     is_transport_error,
     retry_after_seconds,
@@ -43,7 +42,7 @@ _OVERLOADED = 529  # Anthropic's "overloaded" status, retried like a 503
 Json = dict[str, Any]
 
 
-class AnthropicModel:
+class AnthropicModel(ProviderModel):
     """A ``ChatModel`` over the Anthropic Messages API.
 
     ``api_key`` defaults to ``ANTHROPIC_API_KEY`` (the SDK's other credential sources also
@@ -62,8 +61,7 @@ class AnthropicModel:
         if not model:
             raise ConfigurationError("anthropic: a model name is needed, e.g. "
                                      "AnthropicModel('claude-sonnet-4-5')")
-        self.model = model
-        self.provider = "anthropic"
+        self._setup("anthropic", model, max_retries, backoff_base, _classify)
         self.max_tokens = max_tokens
         self.default_options = default_options
         if client is not None:
@@ -81,16 +79,6 @@ class AnthropicModel:
                     f"anthropic: no API key for model {model!r}; set ANTHROPIC_API_KEY or pass "
                     "api_key=..."
                 )
-        self._retrier = Retrier("anthropic", model, RetryPolicy(max_retries, backoff_base),
-                                _classify)
-
-    @property
-    def name(self) -> str:
-        """``anthropic:model``."""
-        return f"anthropic:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         options = {"max_tokens": self.max_tokens, **self.default_options, **request.options}
@@ -104,19 +92,14 @@ class AnthropicModel:
             kwargs["tools"] = to_anthropic_tools(request.tools)
         return kwargs
 
-    async def generate(self, request: ModelRequest) -> Message:
-        """Send the request and return the assistant message (usage in metadata)."""
+    def _call(self, request: ModelRequest) -> Callable[[], Awaitable[Message]]:
         params = self._params(request)
 
         async def call() -> Message:
             reply = await self.client.messages.create(**params)
             return from_anthropic_message(cast(AnthropicMessage, reply))
 
-        return await self._retrier.call(call)
-
-    def stream(self, request: ModelRequest) -> MessageStream:
-        """Stream the assistant message: text deltas, tool-call fragments, then usage."""
-        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
+        return call
 
     async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
         params = self._params(request)  # errors here come out of the stream, not stream()

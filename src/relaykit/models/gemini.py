@@ -17,7 +17,7 @@ import base64
 import json
 import os
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from google import genai
@@ -25,8 +25,8 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from relaykit.errors import ConfigurationError
-from relaykit.messages import Message, MessageStream, ToolCall
-from relaykit.models._retry import Failure, Retrier, RetryPolicy, is_transport_error
+from relaykit.messages import Message, ToolCall
+from relaykit.models._retry import Failure, ProviderModel, is_transport_error
 from relaykit.models.base import ModelRequest, ToolSpec, usage_metadata
 
 __all__ = ["GeminiModel"]
@@ -41,7 +41,7 @@ _OPTION_ALIASES = {"max_tokens": "max_output_tokens", "stop": "stop_sequences"}
 _NO_SDK_RETRIES = types.HttpRetryOptions(attempts=1)
 
 
-class GeminiModel:
+class GeminiModel(ProviderModel):
     """A ``ChatModel`` over the Gemini API (``generate_content`` / ``generate_content_stream``).
 
     ``api_key`` defaults to ``GEMINI_API_KEY`` then ``GOOGLE_API_KEY``; ``base_url`` overrides
@@ -60,8 +60,7 @@ class GeminiModel:
         if not model:
             raise ConfigurationError("gemini: a model name is needed, e.g. "
                                      "GeminiModel('gemini-2.5-flash')")
-        self.model = model
-        self.provider = "gemini"
+        self._setup("gemini", model, max_retries, backoff_base, _classify)
         self.default_options = default_options
         if client is None:
             api_key = (api_key or os.environ.get("GEMINI_API_KEY")
@@ -73,16 +72,6 @@ class GeminiModel:
                                              retry_options=_NO_SDK_RETRIES)
             client = genai.Client(vertexai=False, api_key=api_key, http_options=http_options)
         self.client = client
-        self._retrier = Retrier("gemini", model, RetryPolicy(max_retries, backoff_base),
-                                _classify)
-
-    @property
-    def name(self) -> str:
-        """``gemini:model``."""
-        return f"gemini:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"GeminiModel({self.model!r})"
 
     def _config(self, request: ModelRequest, system: str | None) -> types.GenerateContentConfig:
         fields: dict[str, Any] = {}
@@ -107,8 +96,7 @@ class GeminiModel:
         prior_calls = sum(len(m.tool_calls) for m in request.messages)
         return contents, self._config(request, system), prior_calls
 
-    async def generate(self, request: ModelRequest) -> Message:
-        """Send the request and return the assistant message (usage in metadata)."""
+    def _call(self, request: ModelRequest) -> Callable[[], Awaitable[Message]]:
         contents, config, prior_calls = self._prepare(request)
 
         async def call() -> Message:
@@ -121,11 +109,7 @@ class GeminiModel:
                 tool_call.index = None  # indexes only order streamed fragments
             return message
 
-        return await self._retrier.call(call)
-
-    def stream(self, request: ModelRequest) -> MessageStream:
-        """Stream the assistant message: text deltas, function calls, then usage."""
-        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
+        return call
 
     async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
         # Errors preparing the request come out of the stream, not out of stream().

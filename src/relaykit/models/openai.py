@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import openai
@@ -17,11 +17,10 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from relaykit.errors import ConfigurationError, ModelError
-from relaykit.messages import Blob, Message, MessageStream, ToolCall
+from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._retry import (
     Failure,
-    Retrier,
-    RetryPolicy,
+    ProviderModel,
     error_detail,
     is_transport_error,
     retry_after_seconds,
@@ -40,7 +39,7 @@ _AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav",
 Json = dict[str, Any]
 
 
-class OpenAIModel:
+class OpenAIModel(ProviderModel):
     """A ``ChatModel`` over the OpenAI Chat Completions API (or a compatible server).
 
     ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL``; with a
@@ -63,8 +62,7 @@ class OpenAIModel:
         if not model:
             raise ConfigurationError(f"{provider_name}: a model name is needed, e.g. "
                                      "OpenAIModel('gpt-4o-mini')")
-        self.model = model
-        self.provider = provider_name
+        self._setup(provider_name, model, max_retries, backoff_base, _classify)
         self.default_options = default_options
         if client is not None:
             self.client = client.with_options(max_retries=0)
@@ -80,16 +78,6 @@ class OpenAIModel:
                 api_key = "not-needed"
             self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0,
                                       timeout=timeout)
-        self._retrier = Retrier(provider_name, model, RetryPolicy(max_retries, backoff_base),
-                                _classify)
-
-    @property
-    def name(self) -> str:
-        """``provider:model``."""
-        return f"{self.provider}:{self.model}"
-
-    def __repr__(self) -> str:
-        return f"OpenAIModel({self.model!r}, base_url={str(self.client.base_url)!r})"
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         options = {**self.default_options, **request.options}
@@ -100,19 +88,14 @@ class OpenAIModel:
             kwargs["tools"] = to_openai_tools(request.tools)
         return kwargs
 
-    async def generate(self, request: ModelRequest) -> Message:
-        """Send the request and return the assistant message (usage in metadata)."""
+    def _call(self, request: ModelRequest) -> Callable[[], Awaitable[Message]]:
         params = self._params(request)
 
         async def call() -> Message:
             completion = await self.client.chat.completions.create(**params)
             return from_openai_completion(cast(ChatCompletion, completion))
 
-        return await self._retrier.call(call)
-
-    def stream(self, request: ModelRequest) -> MessageStream:
-        """Stream the assistant message: text deltas, tool-call fragments, then usage."""
-        return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
+        return call
 
     async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
         params = self._params(request)  # errors here come out of the stream, not stream()
