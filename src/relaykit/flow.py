@@ -85,25 +85,38 @@ def _transfer_dest(ev: AgentEvent) -> str | None:
     return a.transfer_to_agent.dest_agent_name
 
 
-async def _is_transfer_like(ev: AgentEvent) -> bool:
+def _transfer_like_now(ev: AgentEvent) -> bool | None:
     """Part of a trailing transfer run: a transfer action, or an assistant message whose only
-    tool calls are ``transfer_to_agent`` calls."""
+    tool calls are ``transfer_to_agent`` calls. None: an assistant stream, undecided until read."""
     a = ev.action
     if a is not None:
         if a.interrupted is not None or a.exit:
             return False
         if a.transfer_to_agent is not None:
             return True
-    if ev.error is not None or ev.output is None:
+    out = ev.output
+    if ev.error is not None or out is None:
         return False
-    msg = ev.output.message
-    if msg is None and ev.output.stream is not None:
-        try:
-            msg = await ev.output.stream.collect()
-        except Exception:
-            return False
+    if out.message is None and out.stream is not None:
+        return None if out.role == "assistant" else False
+    return _only_transfer_calls(out.message)
+
+
+def _only_transfer_calls(msg: Message | None) -> bool:
     return (msg is not None and msg.role == "assistant" and bool(msg.tool_calls)
             and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls))
+
+
+async def _is_transfer_like(ev: AgentEvent) -> bool:
+    """``_transfer_like_now``, reading an assistant stream to its end when needed."""
+    known = _transfer_like_now(ev)
+    if known is not None:
+        return known
+    assert ev.output is not None and ev.output.stream is not None
+    try:
+        return _only_transfer_calls(await ev.output.stream.collect())
+    except Exception:
+        return False
 
 
 def _split_groups(tail: list[AgentEvent]) -> list[tuple[list[AgentEvent], list[str]]]:
@@ -280,7 +293,11 @@ class FlowAgent:
                             record(RecordedEvent(ev))
                             yield ev
                             continue
-                    if (await _is_transfer_like(ev)) if holding else _maybe_transfer_like(ev):
+                    if holding:
+                        transfer_like = await _is_transfer_like(ev)
+                    else:  # a stream that may call transfer_to_agent counts for now
+                        transfer_like = _transfer_like_now(ev) is not False
+                    if transfer_like:
                         tail.append(ev)
                         if holding:
                             continue
@@ -416,24 +433,6 @@ def _default_history(name: str, messages: list[Message], records: Sequence[Recor
                 rewritten = rec.rewritten = rewrite_message(msg, author)
             append(rewritten)
     return messages
-
-
-def _maybe_transfer_like(ev: AgentEvent) -> bool:
-    """Cheap check used while not holding: a stream may be a transfer call (decided later)."""
-    a = ev.action
-    if a is not None:
-        if a.interrupted is not None or a.exit:
-            return False
-        if a.transfer_to_agent is not None:
-            return True
-    out = ev.output
-    if ev.error is not None or out is None:
-        return False
-    if out.stream is not None:
-        return out.role == "assistant"
-    msg = out.message
-    return (msg is not None and msg.role == "assistant" and bool(msg.tool_calls)
-            and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls))
 
 
 def _transfer_call_ids(records: Sequence[RecordedEvent]) -> set[str]:

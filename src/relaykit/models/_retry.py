@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -288,3 +289,15 @@ class ProviderModel:
     def stream(self, request: Any) -> MessageStream:
         """Stream the assistant message: text deltas, tool-call fragments, then usage."""
         return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """Tool-call arguments (JSON text) as the object providers want: ``{}`` when empty,
+    ``{"_raw_arguments": text}`` when not JSON, ``{"_value": v}`` when not an object."""
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {"_raw_arguments": arguments}
+    return value if isinstance(value, dict) else {"_value": value}

@@ -21,6 +21,7 @@ from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._retry import (
     Failure,
     ProviderModel,
+    arguments_object,
     error_detail,
     is_transport_error,
     retry_after_seconds,
@@ -181,16 +182,6 @@ def _attachment_block(blob: Blob) -> Json:
                      "(supported: JPEG/PNG/GIF/WebP images, PDF, text)", provider="anthropic")
 
 
-def _tool_input(arguments: str) -> dict[str, Any]:
-    """Tool-call arguments (JSON text) as the ``input`` object a tool_use block needs."""
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"_raw_arguments": arguments}
-    return value if isinstance(value, dict) else {"_value": value}
-
 
 def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str | None, list[Json]]:
     """Our messages as ``(system, messages)`` for the Messages API.
@@ -223,7 +214,7 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str | None, list
         else:
             blocks = [{"type": "text", "text": msg.content}] if msg.content else []
             blocks.extend({"type": "tool_use", "id": c.id, "name": c.name,
-                           "input": _tool_input(c.arguments)} for c in msg.tool_calls)
+                           "input": arguments_object(c.arguments)} for c in msg.tool_calls)
             if blocks:
                 out.append({"role": "assistant", "content": blocks})
     return ("\n\n".join(system) if system else None), out

@@ -26,7 +26,12 @@ from google.genai import types
 
 from relaykit.errors import ConfigurationError
 from relaykit.messages import Message, ToolCall
-from relaykit.models._retry import Failure, ProviderModel, is_transport_error
+from relaykit.models._retry import (
+    Failure,
+    ProviderModel,
+    arguments_object,
+    is_transport_error,
+)
 from relaykit.models.base import ModelRequest, ToolSpec, usage_metadata
 
 __all__ = ["GeminiModel"]
@@ -159,15 +164,6 @@ def to_gemini_tools(tools: Iterable[ToolSpec]) -> list[types.Tool]:
     return [types.Tool(function_declarations=declarations)]
 
 
-def _args(arguments: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return {"_raw_arguments": arguments}
-    return value if isinstance(value, dict) else {"_value": value}
-
 
 def _real_id(call_id: str | None) -> str | None:
     """The id to send back: None for ids this adapter made up."""
@@ -207,7 +203,7 @@ def to_gemini_contents(messages: Iterable[Message]) -> tuple[str | None, list[ty
                 call_names[call.id] = call.name
                 parts.append(types.Part(
                     function_call=types.FunctionCall(id=_real_id(call.id), name=call.name,
-                                                     args=_args(call.arguments)),
+                                                     args=arguments_object(call.arguments)),
                     thought_signature=_signature(msg.metadata, call.id)))
             if parts:
                 contents.append(types.Content(role="model", parts=parts))
