@@ -82,7 +82,6 @@ class RunOptions:
     """Options that apply to every flow agent of a run."""
 
     skip_transfer_messages: bool = False
-    checkpoint_id: str | None = None
 
 
 class RunContext:
@@ -93,24 +92,21 @@ class RunContext:
     1
     """
 
-    __slots__ = ("address", "extras", "flow", "history", "options", "resume_info",
-                 "resume_state", "root_input", "run_path")
+    __slots__ = ("address", "flow", "history", "options", "resume_state", "root_input",
+                 "run_path")
 
     def __init__(self, *, run_path: RunPath = (), address: Address = (),
                  history: RunHistory | None = None, root_input: AgentInput | None = None,
-                 options: RunOptions | None = None, resume_state: ResumeState | None = None,
-                 extras: dict[str, Any] | None = None) -> None:
+                 options: RunOptions | None = None,
+                 resume_state: ResumeState | None = None) -> None:
         self.run_path = run_path
         self.address = address
         self.history = history if history is not None else RunHistory()
         self.root_input = root_input
         self.options = options if options is not None else RunOptions()
         self.resume_state = resume_state
-        self.resume_info: Any = None
         # The flow agent the current agent runs under (its transfer targets); None outside trees.
         self.flow: Any = None
-        # Services attached by the Runner and by agents (tool loop state, plugins...).
-        self.extras: dict[str, Any] = extras if extras is not None else {}
 
     @classmethod
     def new(cls, session_values: Mapping[str, Any] | None = None) -> RunContext:
@@ -121,7 +117,7 @@ class RunContext:
         return ctx
 
     def derive(self, **changes: Any) -> RunContext:
-        """A copy with some fields replaced; history, options and extras are shared."""
+        """A copy with some fields replaced; history and options are shared."""
         new = RunContext.__new__(RunContext)
         new.run_path = changes.get("run_path", self.run_path)
         new.address = changes.get("address", self.address)
@@ -129,8 +125,6 @@ class RunContext:
         new.root_input = changes.get("root_input", self.root_input)
         new.options = changes.get("options", self.options)
         new.resume_state = changes.get("resume_state", self.resume_state)
-        new.resume_info = changes.get("resume_info")
-        new.extras = changes.get("extras", self.extras)
         new.flow = changes.get("flow", self.flow)
         return new
 
@@ -147,9 +141,6 @@ class RunContext:
     def set_session_value(self, key: str, value: Any) -> None:
         """Set one value, visible to every agent of the run."""
         self.history.values[key] = value
-        tracker = self.extras.get("state_tracker")
-        if tracker is not None:
-            tracker(key, value)
 
     def set_session_values(self, values: Mapping[str, Any]) -> None:
         """Set several values at once."""

@@ -141,11 +141,6 @@ class AgentEvent:
         """An action-only event that transfers to ``dest_agent_name``."""
         return cls(action=AgentAction(transfer_to_agent=TransferToAgentAction(dest_agent_name)))
 
-    @classmethod
-    def from_error(cls, error: BaseException) -> AgentEvent:
-        """An error event."""
-        return cls(error=error)
-
     def stamped(self, agent_name: str, run_path: RunPath) -> AgentEvent:
         """A copy with ``agent_name`` and ``run_path`` set (the original is not changed)."""
         return AgentEvent(agent_name, run_path, self.output, self.action, self.error,

@@ -234,7 +234,6 @@ class FlowAgent:
             raise ConfigurationError(
                 f"failed to resume agent {self.name!r}: the run has no resume information")
         mine = state.claim(child.address, info)
-        child.resume_info = mine
         if mine.was_interrupted:
             resume = getattr(self.agent, "resume", None)
             if resume is None:

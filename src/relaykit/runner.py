@@ -124,7 +124,7 @@ class Runner:
         self._reject_session_options(user_id, session_id, state_delta)
         root_input = AgentInput(list(messages), self.streaming)
         ctx = RunContext(root_input=root_input,
-                         options=RunOptions(skip_transfer_messages, checkpoint_id))
+                         options=RunOptions(skip_transfer_messages))
         if session_values:
             ctx.history.values.update(session_values)
         events = self._root.run(ctx, root_input)
@@ -181,7 +181,7 @@ class Runner:
         if session_values:
             history.values.update(session_values)
         ctx = RunContext(root_input=cp.root_input, history=history,
-                         options=RunOptions(skip, checkpoint_id), resume_state=state)
+                         options=RunOptions(skip), resume_state=state)
         info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data, cp.contexts()))
         async with closing(self._drive(ctx, self._root.resume(ctx, info),
                                         checkpoint_id)) as events:

@@ -94,8 +94,7 @@ class AgentTool:
             cp = state.checkpoint
             history = RunHistory(outer.history.values, [RecordedEvent(e) for e in cp.events])
             inner = RunContext(address=outer.address, history=history, root_input=cp.root_input,
-                               options=outer.options, resume_state=outer.resume_state,
-                               extras=outer.extras)
+                               options=outer.options, resume_state=outer.resume_state)
             if outer.resume_state is not None:
                 outer.resume_state.flow_pending.update(dict(cp.flow_pending))
             info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data,
@@ -108,7 +107,7 @@ class AgentTool:
             root_input = AgentInput(self._input(ctx, arguments), streaming)
             inner = RunContext(address=outer.address, history=RunHistory(outer.history.values),
                                root_input=root_input, options=outer.options,
-                               resume_state=outer.resume_state, extras=outer.extras)
+                               resume_state=outer.resume_state)
             gen = self._flow.run(inner, root_input)
         return await self._consume(inner, gen)
 
