@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar
 
+from relaykit.errors import RelayKitError
+
 T = TypeVar("T")
 
-__all__ = ["closing"]
+__all__ = ["closing", "ended_with", "must_propagate"]
+
+
+def must_propagate(exc: BaseException) -> bool:
+    """True when ``exc`` must not become an error event (D9, D24): ``KeyboardInterrupt``,
+    ``SystemExit``, or a ``CancelledError`` while the *current task* is being cancelled (the
+    cancellation came from outside). A ``CancelledError`` raised by code that awaited something
+    another task cancelled, a ``GeneratorExit`` raised by a tool, or any other
+    ``BaseException`` is an ending of that agent, tool or branch and becomes an error event.
+    """
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return True
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+    return False
+
+
+def ended_with(exc: BaseException, what: str) -> Exception:
+    """The error an event carries for ``what`` (an agent, tool or branch) that ended with
+    ``exc``: ``exc`` itself when it is an ``Exception``, else a ``RelayKitError`` naming the
+    ``BaseException`` (with ``exc`` as its cause), so that nobody re-raises a bare
+    ``CancelledError`` or ``GeneratorExit`` later."""
+    if isinstance(exc, Exception):
+        return exc
+    err = RelayKitError(f"{what} ended with {type(exc).__name__}"
+                        + (f": {exc}" if str(exc) else ""))
+    err.__cause__ = exc
+    return err
 
 
 class closing(Generic[T]):

@@ -9,13 +9,19 @@ runs (``CheckpointNotFoundError``, ``SerializationError``, ``ResumeTargetError``
 from __future__ import annotations
 
 __all__ = [
+    "AgentRunError",
+    "CheckpointBusyError",
     "CheckpointNotFoundError",
+    "CheckpointStoreError",
     "ConfigurationError",
     "MaxIterationsError",
+    "MaxTransfersError",
     "ModelError",
     "RelayKitError",
     "ResumeTargetError",
     "SerializationError",
+    "SessionBusyError",
+    "SessionExistsError",
     "SessionNotFoundError",
     "StoredError",
     "ToolError",
@@ -39,6 +45,23 @@ class CheckpointNotFoundError(RelayKitError):
         self.checkpoint_id = checkpoint_id
 
 
+class CheckpointBusyError(RelayKitError):
+    """Another resume holds the checkpoint (D21): nothing ran; try again once it has ended."""
+
+    def __init__(self, checkpoint_id: str, message: str | None = None) -> None:
+        super().__init__(message or (
+            f"checkpoint {checkpoint_id!r} is being resumed by another run; nothing was run. "
+            "Retry after that resume has ended (its claim expires if its process died)"))
+        self.checkpoint_id = checkpoint_id
+
+
+class CheckpointStoreError(RelayKitError):
+    """The checkpoint store failed (unreachable, refused the id, ...) or an id is invalid.
+
+    The message names the operation and the checkpoint id, never stored content.
+    """
+
+
 class SerializationError(RelayKitError):
     """A value cannot be saved or loaded: unregistered type, corrupt/tampered data, newer format."""
 
@@ -53,6 +76,31 @@ class ResumeTargetError(RelayKitError):
 
 class SessionNotFoundError(RelayKitError):
     """A session that does not exist (and the Runner may not create it)."""
+
+
+class SessionExistsError(RelayKitError):
+    """Creating a session whose id is already taken."""
+
+
+class SessionBusyError(RelayKitError):
+    """Another turn holds the session longer than the bounded wait."""
+
+
+class MaxTransfersError(RelayKitError):
+    """A run performed more transfers than ``Runner(max_transfers=...)`` allows (D23)."""
+
+
+class AgentRunError(RelayKitError):
+    """Raised by ``Runner.invoke`` when the run's last agent event is an error.
+
+    ``agent_name`` and ``run_path`` say where; the original exception is ``__cause__``.
+    """
+
+    def __init__(self, message: str, *, agent_name: str = "",
+                 run_path: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.agent_name = agent_name
+        self.run_path = run_path
 
 
 class WillRetryError(RelayKitError):

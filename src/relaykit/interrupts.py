@@ -73,10 +73,17 @@ class InterruptContext:
 @register_type("relaykit.InterruptInfo")
 @dataclass(slots=True)
 class InterruptInfo:
-    """The ``action.interrupted`` of an interrupt event: the agent's data and the root causes."""
+    """The ``action.interrupted`` of an interrupt event: the agent's data and the root causes.
+
+    ``checkpoint_id`` is where the Runner saved the interrupted run (D21): the id given to
+    ``run(checkpoint_id=...)`` or one it generated. ``None`` when the Runner has no checkpoint
+    store, on events below the Runner, or when saving failed (the save's error event comes
+    first).
+    """
 
     data: Any = None
     contexts: list[InterruptContext] = field(default_factory=list)
+    checkpoint_id: str | None = None
 
 
 @dataclass(slots=True, eq=False)
