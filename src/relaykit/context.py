@@ -15,7 +15,7 @@ from relaykit.messages import Message
 if TYPE_CHECKING:
     from relaykit.agent import AgentInput
 
-__all__ = ["RecordedEvent", "RunContext", "RunHistory", "RunOptions"]
+__all__ = ["DEFAULT_MAX_TRANSFERS", "RecordedEvent", "RunContext", "RunHistory", "RunOptions"]
 
 
 _sequence = itertools.count()
@@ -77,11 +77,37 @@ class RunHistory:
         return RunHistory(self.values, [], self, len(self.visible()))
 
 
+DEFAULT_MAX_TRANSFERS = 100
+
+
 @dataclass(slots=True)
 class RunOptions:
-    """Options that apply to every flow agent of a run."""
+    """Options and counters shared by every flow agent of one ``run`` or ``resume`` call."""
 
     skip_transfer_messages: bool = False
+    #: The most transfers one run may perform (D23); the one that would exceed it is refused.
+    max_transfers: int = DEFAULT_MAX_TRANSFERS
+    #: Transfers performed so far in this run (LLM, chains, deterministic, back to the parent).
+    transfers: int = 0
+    #: The agents of the latest transfers, oldest first (named by the limit's error).
+    trail: list[str] = field(default_factory=list)
+
+    def count_transfer(self, source: str, dest: str) -> str | None:
+        """Count one transfer from ``source`` to ``dest``; the error text if it exceeds the
+        limit (then it must not be performed), else None."""
+        trail = self.trail
+        if not trail or trail[-1] != source:
+            trail.append(source)
+        trail.append(dest)
+        if len(trail) > 8:
+            del trail[:-8]
+        self.transfers += 1
+        if self.transfers <= self.max_transfers:
+            return None
+        return (f"run exceeded max_transfers={self.max_transfers}: the transfer from "
+                f"'{source}' to '{dest}' was not performed; the last agents were "
+                f"{' → '.join(trail)} → … (agents that keep handing control back and forth; "
+                "raise Runner(max_transfers=...) if the run really needs more)")
 
 
 class RunContext:

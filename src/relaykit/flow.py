@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from relaykit._aio import closing
+from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
-from relaykit.errors import ConfigurationError
+from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import TRANSFER_TOOL_NAME, AgentEvent, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo
 from relaykit.messages import Message
@@ -132,6 +132,13 @@ def _split_groups(tail: list[AgentEvent]) -> list[tuple[list[AgentEvent], list[s
         if dest is not None:
             groups[-1][1].append(dest)
     return [g for g in groups if g[1] or g[0]]
+
+
+def _thrown_into_us(exc: BaseException) -> bool:
+    """True for the ``GeneratorExit`` that closing a generator throws in at its ``yield``
+    (raised in the frame that catches it), as opposed to one an inner agent raised."""
+    tb = exc.__traceback__
+    return isinstance(exc, GeneratorExit) and (tb is None or tb.tb_next is None)
 
 
 async def ended_abnormally(last: AgentEvent | None) -> bool:
@@ -267,8 +274,10 @@ class FlowAgent:
         record = history.events.append
         try:
             gen, pending = await start(ctx, arg, options)
-        except Exception as exc:
-            yield AgentEvent(name, path, error=exc)
+        except BaseException as exc:
+            if must_propagate(exc):
+                raise
+            yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
         tail: list[AgentEvent] = []  # the trailing transfer run so far (own events)
         delivered = 0  # how many events of ``tail`` were delivered
@@ -313,8 +322,13 @@ class FlowAgent:
                     if action is None or action.interrupted is None:
                         history.record(ev)
                     yield ev
-        except Exception as exc:
-            err = AgentEvent(name, path, error=exc)
+        except BaseException as exc:
+            # D9/D24: the agent ending with any exception (a CancelledError it caught from
+            # something else, a GeneratorExit it raised...) is its error event; cancellation
+            # from outside, and our own generator being closed, propagate.
+            if must_propagate(exc) or _thrown_into_us(exc):
+                raise
+            err = AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             history.record(err)
             yield err
             return
@@ -343,6 +357,12 @@ class FlowAgent:
                     err = AgentEvent(name, path, error=ConfigurationError(
                         f"transfer failed: agent '{dest}' not found when transferring from "
                         f"'{name}'"))
+                    history.record(err)
+                    yield err
+                    return
+                refused = ctx.options.count_transfer(name, dest)
+                if refused is not None:  # D23: runs are bounded
+                    err = AgentEvent(name, path, error=MaxTransfersError(refused))
                     history.record(err)
                     yield err
                     return

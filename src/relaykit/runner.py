@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,11 +14,18 @@ from typing import Any
 from relaykit._aio import closing
 from relaykit._tree import validate_tree
 from relaykit.agent import Agent, AgentInput
-from relaykit.checkpoints.base import CheckpointStore
+from relaykit.checkpoints.base import DEFAULT_CLAIM_TTL, CheckpointStore, validate_checkpoint_id
 from relaykit.codec import dumps, loads, materialize_streams, register_type
-from relaykit.context import RecordedEvent, RunContext, RunHistory, RunOptions
+from relaykit.context import (
+    DEFAULT_MAX_TRANSFERS,
+    RecordedEvent,
+    RunContext,
+    RunHistory,
+    RunOptions,
+)
 from relaykit.errors import (
-    CheckpointNotFoundError,
+    CheckpointBusyError,
+    CheckpointStoreError,
     ConfigurationError,
     RelayKitError,
     ResumeTargetError,
@@ -34,6 +46,7 @@ from relaykit.messages import Message
 __all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "Runner", "SavedInterruptPoint"]
 
 CHECKPOINT_FORMAT = "relaykit/checkpoint"
+logger = logging.getLogger("relaykit")
 
 
 @register_type("relaykit.SavedInterruptPoint")
@@ -78,8 +91,13 @@ class Checkpoint:
 class Runner:
     """Runs an agent (tree): ``run``, ``query``, ``resume``.
 
+    With a checkpoint store, an interrupted run is saved (under the ``checkpoint_id`` given to
+    ``run``, else a generated one, put on the interrupt event) and ``resume`` continues it in
+    any process. A resume claims its checkpoint first, so two resumes of one checkpoint never
+    both run (the loser gets ``CheckpointBusyError``), and a resume that completes consumes it.
+
     >>> runner = Runner(agent, checkpoint_store=InMemoryCheckpointStore())  # doctest: +SKIP
-    >>> async for event in runner.query("hello", checkpoint_id="c1"): ...  # doctest: +SKIP
+    >>> async for event in runner.query("hello"): ...  # doctest: +SKIP
     """
 
     def __init__(self, agent: Agent, *, app_name: str = "relaykit", streaming: bool = False,
@@ -88,7 +106,8 @@ class Runner:
                  artifact_service: Any = None, memory_service: Any = None,
                  compaction: Any = None, auto_create_session: bool = True,
                  save_input_blobs_as_artifacts: bool = False,
-                 checkpoint_signing_key: bytes | None = None) -> None:
+                 checkpoint_signing_key: bytes | None = None,
+                 max_transfers: int = DEFAULT_MAX_TRANSFERS) -> None:
         unsupported = {"session_service": session_service, "artifact_service": artifact_service,
                        "memory_service": memory_service, "compaction": compaction,
                        "plugins": tuple(plugins) or None}
@@ -97,6 +116,16 @@ class Runner:
                 raise ConfigurationError(
                     f"Runner option {option!r} belongs to the durable Runner, which this "
                     "version does not include yet; leave it unset")
+        if checkpoint_store is not None:
+            missing = [m for m in _STORE_METHODS
+                       if not callable(getattr(checkpoint_store, m, None))]
+            if missing:
+                raise ConfigurationError(
+                    f"checkpoint store {type(checkpoint_store).__name__} lacks "
+                    f"{', '.join(missing)}: a CheckpointStore must support exclusive resumes "
+                    "(claim, renew, release, finish) as well as get, set and delete")
+        if not isinstance(max_transfers, int) or max_transfers < 0:
+            raise ConfigurationError(f"max_transfers must be an int >= 0, not {max_transfers!r}")
         validate_tree(agent)
         self.agent = agent
         self.app_name = app_name
@@ -104,8 +133,10 @@ class Runner:
         self.checkpoint_store = checkpoint_store
         self.auto_create_session = auto_create_session
         self.save_input_blobs_as_artifacts = save_input_blobs_as_artifacts
+        self.max_transfers = max_transfers
         self._signing_key = checkpoint_signing_key
         self._root: FlowAgent = as_flow_agent(agent)
+        self._warned_unresumable = False
 
     # -- entry points ----------------------------------------------------------------------
     def run(self, messages: Sequence[Message], *, checkpoint_id: str | None = None,
@@ -115,22 +146,23 @@ class Runner:
             skip_transfer_messages: bool = False) -> AsyncIterator[AgentEvent]:
         """Run the agent on ``messages``; nothing runs until the result is iterated.
 
-        With ``checkpoint_id`` an interrupted run is saved under that id (needs a store).
+        With a checkpoint store, an interrupted run is saved under ``checkpoint_id`` (or a
+        generated id) before the caller receives the interrupt event, whose
+        ``action.interrupted.checkpoint_id`` says where.
         """
-        if checkpoint_id is not None and self.checkpoint_store is None:
-            raise ConfigurationError(
-                f"run(checkpoint_id={checkpoint_id!r}) needs a checkpoint store: "
-                "Runner(agent, checkpoint_store=InMemoryCheckpointStore())")
+        if checkpoint_id is not None:
+            if self.checkpoint_store is None:
+                raise ConfigurationError(
+                    f"run(checkpoint_id={checkpoint_id!r}) needs a checkpoint store: "
+                    "Runner(agent, checkpoint_store=InMemoryCheckpointStore())")
+            validate_checkpoint_id(checkpoint_id)
         self._reject_session_options(user_id, session_id, state_delta)
         root_input = AgentInput(list(messages), self.streaming)
         ctx = RunContext(root_input=root_input,
-                         options=RunOptions(skip_transfer_messages))
+                         options=RunOptions(skip_transfer_messages, self.max_transfers))
         if session_values:
             ctx.history.values.update(session_values)
-        events = self._root.run(ctx, root_input)
-        if checkpoint_id is None:
-            return events  # nothing to save: the root flow agent's stream is the run
-        return self._drive(ctx, events, checkpoint_id)
+        return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
 
     def query(self, text: str, **options: Any) -> AsyncIterator[AgentEvent]:
         """``run([Message.user(text)], **options)``."""
@@ -145,15 +177,19 @@ class Runner:
         """Continue the run saved under ``checkpoint_id``.
 
         Without ``targets`` every interrupted point resumes with no data; with ``targets``
-        (interrupt id → data) only those points are resume targets (D8). Raises, when
-        iterated and before any agent runs, ``CheckpointNotFoundError``,
-        ``SerializationError`` or ``ResumeTargetError``.
+        (interrupt id → data) only those points are resume targets (D8). When iterated, and
+        before any agent runs, the resume claims the checkpoint and raises
+        ``CheckpointNotFoundError``, ``CheckpointBusyError`` (another resume holds it),
+        ``CheckpointStoreError``, ``SerializationError`` or ``ResumeTargetError``. A resume
+        that completes deletes the checkpoint; one that interrupts again replaces it; one the
+        caller stops early leaves it in place (D21).
         """
         if self.checkpoint_store is None:
             raise ConfigurationError("resume() needs a checkpoint store: "
                                      "Runner(agent, checkpoint_store=...)")
         if checkpoint_id is None:
             raise ConfigurationError("resume() needs the checkpoint_id the run was saved under")
+        validate_checkpoint_id(checkpoint_id)
         self._reject_session_options(user_id, session_id, state_delta)
         return self._resume(checkpoint_id, dict(targets or {}), session_values,
                             skip_transfer_messages)
@@ -168,31 +204,35 @@ class Runner:
     async def _resume(self, checkpoint_id: str, targets: dict[str, Any],
                       session_values: Mapping[str, Any] | None,
                       skip: bool) -> AsyncIterator[AgentEvent]:
-        cp = await self._load(checkpoint_id)
-        known = {p.id for p in cp.points}
-        for target in targets:
-            if target not in known:
-                raise ResumeTargetError(
-                    f"resume target {target!r} is not an interrupt point of checkpoint "
-                    f"{checkpoint_id!r}; its points are {sorted(known)}", target)
+        store = self.checkpoint_store
+        assert store is not None
+        claim = _Claim(store, checkpoint_id, _claim_ttl(store))
+        data = await claim.acquire()
+        try:
+            cp = self._decode(checkpoint_id, data)
+            known = {p.id for p in cp.points}
+            for target in targets:
+                if target not in known:
+                    raise ResumeTargetError(
+                        f"resume target {target!r} is not an interrupt point of checkpoint "
+                        f"{checkpoint_id!r}; its points are {sorted(known)}", target)
+        except BaseException:
+            await claim.release()
+            raise
         state = ResumeState({p.id: p.address for p in cp.points},
                             {p.id: p.state for p in cp.points}, targets, dict(cp.flow_pending))
         history = RunHistory(dict(cp.values), [RecordedEvent(e) for e in cp.events])
         if session_values:
             history.values.update(session_values)
         ctx = RunContext(root_input=cp.root_input, history=history,
-                         options=RunOptions(skip), resume_state=state)
+                         options=RunOptions(skip, self.max_transfers), resume_state=state)
         info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data, cp.contexts()))
-        async with closing(self._drive(ctx, self._root.resume(ctx, info),
-                                        checkpoint_id)) as events:
+        async with closing(self._drive(ctx, self._root.resume(ctx, info), checkpoint_id,
+                                       claim)) as events:
             async for ev in events:
                 yield ev
 
-    async def _load(self, checkpoint_id: str) -> Checkpoint:
-        assert self.checkpoint_store is not None
-        data = await self.checkpoint_store.get(checkpoint_id)
-        if data is None:
-            raise CheckpointNotFoundError(checkpoint_id)
+    def _decode(self, checkpoint_id: str, data: bytes) -> Checkpoint:
         cp = loads(data, kind=CHECKPOINT_FORMAT, key=self._signing_key,
                    what=f"checkpoint {checkpoint_id!r}")
         if not isinstance(cp, Checkpoint):
@@ -200,40 +240,164 @@ class Runner:
         return cp
 
     async def _drive(self, ctx: RunContext, gen: AsyncIterator[AgentEvent],
-                     checkpoint_id: str | None) -> AsyncIterator[AgentEvent]:
+                     checkpoint_id: str | None, claim: _Claim | None
+                     ) -> AsyncIterator[AgentEvent]:
+        """The one path of every run and resume: forward events, save the checkpoint when
+        the run interrupts, consume (or release) a resumed checkpoint when it ends."""
         interrupted = False
+        ended = False
         try:
-            async with closing(gen):
-                async for ev in gen:
-                    action = ev.action
-                    if action is not None and action.signal is not None:
-                        if interrupted:
-                            yield AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
-                                "multiple interrupt actions reached the Runner in one run"))
-                            continue
-                        interrupted = True
-                        if checkpoint_id is not None:
-                            failure = await self._save(ctx, ev, checkpoint_id)
+            try:
+                async with closing(gen):
+                    async for ev in gen:
+                        action = ev.action
+                        if action is not None and action.signal is not None:
+                            if interrupted:
+                                yield AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
+                                    "multiple interrupt actions reached the Runner in one run"))
+                                continue
+                            interrupted = True
+                            failure, ev = await self._save(ctx, ev, checkpoint_id, claim)
                             if failure is not None:
                                 yield failure
-                    yield ev
-        except Exception as exc:  # D9: nothing crashes the caller
-            yield AgentEvent(self._root.name, ctx.run_path or (), error=exc)
+                        yield ev
+            except Exception as exc:  # D9: nothing crashes the caller
+                yield AgentEvent(self._root.name, ctx.run_path or (), error=exc)
+            ended = True
+            if claim is not None and claim.held:
+                # The resumed run ended without a new interrupt: consume the checkpoint (D21).
+                consumed = await claim.finish(None)
+                if consumed is not None:
+                    yield AgentEvent(self._root.name, ctx.run_path or (), error=consumed)
+        finally:
+            if claim is not None and not ended:
+                await claim.release()  # stopped early or cancelled: the checkpoint stays
+            if claim is not None:
+                await claim.stop_renewing()
 
-    async def _save(self, ctx: RunContext, ev: AgentEvent,
-                    checkpoint_id: str) -> AgentEvent | None:
+    async def _save(self, ctx: RunContext, ev: AgentEvent, checkpoint_id: str | None,
+                    claim: _Claim | None) -> tuple[AgentEvent | None, AgentEvent]:
+        """Save the checkpoint of an interrupted run; (an error event or None, the interrupt
+        event with ``checkpoint_id`` set when saved)."""
         action = ev.action
         assert action is not None and action.signal is not None
-        assert self.checkpoint_store is not None
+        store = self.checkpoint_store
+        if store is None:
+            if not self._warned_unresumable:
+                self._warned_unresumable = True
+                logger.warning("agent %r was interrupted, but the Runner has no checkpoint store:"
+                               " the run cannot be resumed (Runner(..., checkpoint_store=...))",
+                               ev.agent_name)
+            return None, ev
+        cid = checkpoint_id if checkpoint_id is not None else uuid.uuid4().hex
         try:
             cp = build_checkpoint(ctx, action.signal, action.interrupted, action.flow_pending)
             await materialize_streams(cp)
             data = dumps(cp, kind=CHECKPOINT_FORMAT, key=self._signing_key)
-            await self.checkpoint_store.set(checkpoint_id, data)
         except Exception as exc:
             return AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
-                f"failed to save checkpoint {checkpoint_id!r}: {exc}"))
+                f"failed to save checkpoint {cid!r}: {exc}")), ev
+        if claim is not None:
+            failure = await claim.finish(data)  # replaces it and ends our claim
+            if failure is not None:
+                return AgentEvent(ev.agent_name, ev.run_path, error=failure), ev
+        else:
+            try:
+                await store.set(cid, data)
+            except Exception as exc:
+                return AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
+                    f"failed to save checkpoint {cid!r}: {_describe(exc)}")), ev
+        info = action.interrupted or InterruptInfo()
+        saved = dataclasses.replace(action, interrupted=dataclasses.replace(
+            info, checkpoint_id=cid))
+        return None, AgentEvent(ev.agent_name, ev.run_path, ev.output, saved, ev.error,
+                                ev.state_delta)
+
+
+_STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
+
+
+def _claim_ttl(store: CheckpointStore) -> float:
+    ttl = getattr(store, "claim_ttl", DEFAULT_CLAIM_TTL)
+    return float(ttl) if isinstance(ttl, int | float) and ttl > 0 else DEFAULT_CLAIM_TTL
+
+
+def _describe(exc: BaseException) -> str:
+    """A store failure for an error message: relaykit errors say what happened; anything
+    else only by type, since a driver's text may quote stored content (D21)."""
+    return str(exc) if isinstance(exc, RelayKitError) else type(exc).__name__
+
+
+class _Claim:
+    """One resume's exclusive claim on its checkpoint: acquired before any agent runs,
+    renewed every third of its ttl while the resume runs, finished or released at the end."""
+
+    __slots__ = ("_renewer", "checkpoint_id", "held", "owner", "store", "ttl")
+
+    def __init__(self, store: CheckpointStore, checkpoint_id: str, ttl: float) -> None:
+        self.store = store
+        self.checkpoint_id = checkpoint_id
+        self.ttl = ttl
+        self.owner = uuid.uuid4().hex
+        self.held = False
+        self._renewer: asyncio.Task[None] | None = None
+
+    async def acquire(self) -> bytes:
+        try:
+            data = await self.store.claim(self.checkpoint_id, self.owner, self.ttl)
+        except RelayKitError:
+            raise
+        except Exception as exc:
+            raise CheckpointStoreError(
+                f"checkpoint store failed to claim checkpoint {self.checkpoint_id!r}: "
+                f"{type(exc).__name__}") from None
+        self.held = True
+        self._renewer = asyncio.get_running_loop().create_task(self._renew())
+        return data
+
+    async def _renew(self) -> None:
+        while self.held:
+            await asyncio.sleep(self.ttl / 3)
+            try:
+                await self.store.renew(self.checkpoint_id, self.owner, self.ttl)
+            except CheckpointBusyError:
+                logger.error("lost the claim on checkpoint %r while resuming it",
+                             self.checkpoint_id)
+                return
+            except Exception as exc:  # a transient store failure: try again next time
+                logger.warning("could not renew the claim on checkpoint %r: %s",
+                               self.checkpoint_id, _describe(exc))
+
+    async def finish(self, data: bytes | None) -> RelayKitError | None:
+        """Replace (``data``) or delete (``None``) the checkpoint and end the claim; the error
+        to report if that failed."""
+        self.held = False
+        try:
+            await self.store.finish(self.checkpoint_id, self.owner, data)
+        except Exception as exc:
+            what = "save" if data is not None else "consume"
+            return RelayKitError(f"failed to {what} checkpoint {self.checkpoint_id!r} after "
+                                 f"resuming it: {_describe(exc)}")
         return None
+
+    async def release(self) -> None:
+        """End the claim and keep the checkpoint (best effort: an expired claim is harmless)."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            # Shielded: a cancelled resume still releases its claim at once.
+            await asyncio.shield(self.store.release(self.checkpoint_id, self.owner))
+        except Exception as exc:
+            logger.warning("could not release the claim on checkpoint %r (it expires by "
+                           "itself): %s", self.checkpoint_id, _describe(exc))
+
+    async def stop_renewing(self) -> None:
+        task, self._renewer = self._renewer, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def build_checkpoint(ctx: RunContext, signal: InterruptSignal, info: InterruptInfo | None,

@@ -110,13 +110,17 @@ async def test_rn01_interrupt_saves_checkpoint_and_new_runner_resumes() -> None:
                               "For context: [A] said: a2."]]
 
 
-async def test_rn01_checkpoints_only_with_an_id_and_a_store() -> None:
-    """RN-01 / D12: no checkpoint without checkpoint_id or for a run that does not interrupt;
+async def test_rn01_checkpoints_only_with_a_store_and_an_interrupt() -> None:
+    """RN-01 / D12 / D21: an interrupted run without checkpoint_id is saved under a generated
+    id named on the interrupt event; no checkpoint for a run that does not interrupt;
     a checkpoint_id without a store is a ConfigurationError raised by run() itself."""
     store = rk.InMemoryCheckpointStore()
     *_, tree = _approval_tree()
-    await run_summary(rk.Runner(tree, checkpoint_store=store), "hi")
-    assert len(store) == 0
+    events = [ev async for ev in rk.Runner(tree, checkpoint_store=store).query("hi")]
+    assert len(store) == 1
+    interrupted = events[-1].action.interrupted
+    assert interrupted is not None and interrupted.checkpoint_id is not None
+    assert await store.get(interrupted.checkpoint_id) is not None
     await run_summary(rk.Runner(ScriptedAgent("A", ["done"]), checkpoint_store=store), "hi",
                       checkpoint_id="cp")
     assert await store.get("cp") is None
