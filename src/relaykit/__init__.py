@@ -18,7 +18,7 @@ from relaykit.agents import (
 from relaykit.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from relaykit.codec import register_type
 from relaykit.context import RunContext
-from relaykit.errors import ToolError
+from relaykit.errors import AgentRunError, ToolError
 from relaykit.events import (
     AgentAction,
     AgentEvent,
@@ -47,7 +47,7 @@ from relaykit.interrupts import (
 )
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
-from relaykit.runner import Runner
+from relaykit.runner import Runner, RunResult
 from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, tool
 from relaykit.transfer import with_deterministic_transfer
 
@@ -71,6 +71,7 @@ __all__ = [
     "AgentEvent",
     "AgentInput",
     "AgentOutput",
+    "AgentRunError",
     "AgentTool",
     "BaseAgent",
     "Blob",
@@ -95,6 +96,7 @@ __all__ = [
     "ResumeInfo",
     "RunContext",
     "RunPath",
+    "RunResult",
     "RunStep",
     "Runner",
     "ScriptedModel",

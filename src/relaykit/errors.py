@@ -19,6 +19,7 @@ __all__ = [
     "ModelError",
     "RelayKitError",
     "ResumeTargetError",
+    "RunnerError",
     "SerializationError",
     "SessionBusyError",
     "SessionExistsError",
@@ -84,6 +85,13 @@ class SessionExistsError(RelayKitError):
 
 class SessionBusyError(RelayKitError):
     """Another turn holds the session longer than the bounded wait."""
+
+
+class RunnerError(RelayKitError):
+    """An error of the Runner itself, delivered as an event while the run goes on (D20): a
+    checkpoint that could not be saved or consumed, a second interrupt in one run. The agents
+    did not fail, so ``Runner.invoke`` does not raise for it (the event is in
+    ``RunResult.events``)."""
 
 
 class MaxTransfersError(RelayKitError):

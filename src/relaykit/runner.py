@@ -24,11 +24,13 @@ from relaykit.context import (
     RunOptions,
 )
 from relaykit.errors import (
+    AgentRunError,
     CheckpointBusyError,
     CheckpointStoreError,
     ConfigurationError,
     RelayKitError,
     ResumeTargetError,
+    RunnerError,
     SerializationError,
 )
 from relaykit.events import AgentEvent
@@ -43,7 +45,7 @@ from relaykit.interrupts import (
 )
 from relaykit.messages import Message
 
-__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "Runner", "SavedInterruptPoint"]
+__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "RunResult", "Runner", "SavedInterruptPoint"]
 
 CHECKPOINT_FORMAT = "relaykit/checkpoint"
 logger = logging.getLogger("relaykit")
@@ -194,6 +196,29 @@ class Runner:
         return self._resume(checkpoint_id, dict(targets or {}), session_values,
                             skip_transfer_messages)
 
+    async def invoke(self, messages: str | Sequence[Message], **options: Any) -> RunResult:
+        """Run to the end and return the result (the event stream, collected).
+
+        ``messages`` is a text (one user message) or a list of messages; ``options`` are those
+        of ``run``. An interrupted run returns with ``interrupt`` set (not an error); a run
+        whose last agent event is an error raises ``AgentRunError`` naming the agent, with the
+        original exception as ``__cause__``.
+
+        >>> result = await runner.invoke("What is the weather in Paris?")  # doctest: +SKIP
+        >>> result.output.content  # doctest: +SKIP
+        'It is sunny in Paris.'
+        """
+        msgs = [Message.user(messages)] if isinstance(messages, str) else messages
+        return await _collect(self.run(msgs, **options))
+
+    async def invoke_resume(self, checkpoint_id: str | None = None, **options: Any
+                            ) -> RunResult:
+        """``resume`` run to the end, as ``invoke`` does for ``run``.
+
+        >>> result = await runner.invoke_resume(cid, targets={point_id: True})  # doctest: +SKIP
+        """
+        return await _collect(self.resume(checkpoint_id, **options))
+
     @staticmethod
     def _reject_session_options(user_id: Any, session_id: Any, state_delta: Any) -> None:
         if user_id is not None or session_id is not None or state_delta is not None:
@@ -253,8 +278,9 @@ class Runner:
                         action = ev.action
                         if action is not None and action.signal is not None:
                             if interrupted:
-                                yield AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
-                                    "multiple interrupt actions reached the Runner in one run"))
+                                yield AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
+                                    "multiple interrupt actions reached the Runner in one run; "
+                                    "only the first was saved"))
                                 continue
                             interrupted = True
                             failure, ev = await self._save(ctx, ev, checkpoint_id, claim)
@@ -295,7 +321,7 @@ class Runner:
             await materialize_streams(cp)
             data = dumps(cp, kind=CHECKPOINT_FORMAT, key=self._signing_key)
         except Exception as exc:
-            return AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
+            return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
                 f"failed to save checkpoint {cid!r}: {exc}")), ev
         if claim is not None:
             failure = await claim.finish(data)  # replaces it and ends our claim
@@ -305,13 +331,59 @@ class Runner:
             try:
                 await store.set(cid, data)
             except Exception as exc:
-                return AgentEvent(ev.agent_name, ev.run_path, error=RelayKitError(
+                return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
                     f"failed to save checkpoint {cid!r}: {_describe(exc)}")), ev
         info = action.interrupted or InterruptInfo()
         saved = dataclasses.replace(action, interrupted=dataclasses.replace(
             info, checkpoint_id=cid))
         return None, AgentEvent(ev.agent_name, ev.run_path, ev.output, saved, ev.error,
                                 ev.state_delta)
+
+
+@dataclass(slots=True)
+class RunResult:
+    """What ``Runner.invoke`` returns: the run's answer and everything it delivered."""
+
+    #: The message of the last delivered event that has one (streams are collected).
+    output: Message | None
+    #: Every event the run delivered, in order.
+    events: list[AgentEvent]
+    #: Set when the run ended interrupted: answer it with ``invoke_resume``.
+    interrupt: InterruptInfo | None = None
+    #: Where the interrupted run was saved (``None`` when not interrupted or not saved).
+    checkpoint_id: str | None = None
+    #: The session the run belongs to (session mode).
+    session_id: str | None = None
+
+
+async def _collect(events: AsyncIterator[AgentEvent]) -> RunResult:
+    collected: list[AgentEvent] = []
+    async with closing(events):
+        async for ev in events:
+            collected.append(ev)
+    output: Message | None = None
+    interrupt: InterruptInfo | None = None
+    last_agent: AgentEvent | None = None
+    for ev in collected:
+        if ev.output is not None:
+            try:
+                message = await ev.output.get_message()
+            except Exception:
+                message = None  # a stream that failed: its error is the run's
+            if message is not None:
+                output = message
+        if ev.action is not None and ev.action.interrupted is not None:
+            interrupt = ev.action.interrupted
+        if not isinstance(ev.error, RunnerError):
+            last_agent = ev
+    if last_agent is not None and last_agent.error is not None and interrupt is None:
+        err = last_agent.error
+        path = tuple(step.agent_name for step in last_agent.run_path)
+        raise AgentRunError(
+            f"agent {last_agent.agent_name or '?'!r} failed: {type(err).__name__}: {err}",
+            agent_name=last_agent.agent_name, run_path=path) from err
+    return RunResult(output, collected, interrupt,
+                     interrupt.checkpoint_id if interrupt is not None else None)
 
 
 _STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
@@ -368,7 +440,7 @@ class _Claim:
                 logger.warning("could not renew the claim on checkpoint %r: %s",
                                self.checkpoint_id, _describe(exc))
 
-    async def finish(self, data: bytes | None) -> RelayKitError | None:
+    async def finish(self, data: bytes | None) -> RunnerError | None:
         """Replace (``data``) or delete (``None``) the checkpoint and end the claim; the error
         to report if that failed."""
         self.held = False
@@ -376,8 +448,8 @@ class _Claim:
             await self.store.finish(self.checkpoint_id, self.owner, data)
         except Exception as exc:
             what = "save" if data is not None else "consume"
-            return RelayKitError(f"failed to {what} checkpoint {self.checkpoint_id!r} after "
-                                 f"resuming it: {_describe(exc)}")
+            return RunnerError(f"failed to {what} checkpoint {self.checkpoint_id!r} after "
+                               f"resuming it: {_describe(exc)}")
         return None
 
     async def release(self) -> None:
