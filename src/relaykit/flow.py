@@ -26,6 +26,7 @@ __all__ = [
     "HistoryEntry",
     "HistoryRewriter",
     "PendingChain",
+    "TransferGroup",
     "as_flow_agent",
     "rewrite_message",
     "set_sub_agents",
@@ -69,13 +70,26 @@ def rewrite_message(message: Message, agent_name: str) -> Message:
     return Message("user", text, [], None, None, None, attachments, {})
 
 
+@register_type("relaykit.TransferGroup")
+@dataclass(slots=True)
+class TransferGroup:
+    """One step of a transfer chain (D3): an assistant message calling ``transfer_to_agent``
+    together with the tool results answering it, or one transfer pair of a deterministic
+    wrapper. ``targets`` are the agents it transfers to, in call order."""
+
+    events: list[AgentEvent]
+    targets: list[str]
+
+
 @register_type("relaykit.PendingChain")
 @dataclass(slots=True)
 class PendingChain:
-    """The rest of a transfer chain, saved when one of its targets interrupts (D3)."""
+    """The rest of a transfer chain: the targets of the group being run that have not run
+    yet, then the later groups, each delivered right before its first target runs (D3).
+    Saved in checkpoints when one of the targets interrupts."""
 
-    targets: list[str]  # the remaining targets of the group being run
-    groups: list[tuple[list[AgentEvent], list[str]]]  # later groups: events and targets
+    targets: list[str]
+    groups: list[TransferGroup]
 
 
 def _transfer_dest(ev: AgentEvent) -> str | None:
@@ -119,19 +133,78 @@ async def _is_transfer_like(ev: AgentEvent) -> bool:
         return False
 
 
-def _split_groups(tail: list[AgentEvent]) -> list[tuple[list[AgentEvent], list[str]]]:
+def _split_groups(tail: list[AgentEvent]) -> list[TransferGroup]:
     """Transfer groups: one assistant message with the results answering it, or one pair."""
-    groups: list[tuple[list[AgentEvent], list[str]]] = []
+    groups: list[TransferGroup] = []
     for ev in tail:
         dest = _transfer_dest(ev)
         out = ev.output
         is_call = out is not None and out.role == "assistant"
-        if not groups or (groups[-1][1] and (is_call or out is None)):
-            groups.append(([], []))
-        groups[-1][0].append(ev)
+        if not groups or (groups[-1].targets and (is_call or out is None)):
+            groups.append(TransferGroup([], []))
+        groups[-1].events.append(ev)
         if dest is not None:
-            groups[-1][1].append(dest)
-    return [g for g in groups if g[1] or g[0]]
+            groups[-1].targets.append(dest)
+    return [g for g in groups if g.targets or g.events]
+
+
+class _TrailingTransfers:
+    """The trailing transfer run of a flow agent's own events, tracked while they stream (D3).
+
+    Events that may start a transfer run are delivered at once; after the first transfer
+    action, later transfer-like events are *held* (so a target never sees a later group's
+    "transferred to agent [c]" before c ran). Any other event ends the run: the held events
+    are delivered before it.
+    """
+
+    __slots__ = ("delivered", "events", "holding")
+
+    def __init__(self) -> None:
+        self.events: list[AgentEvent] = []  # the trailing transfer run so far
+        self.delivered = 0  # how many of ``events`` were delivered
+        self.holding = False  # after the first transfer action, transfer events are held
+
+    @property
+    def active(self) -> bool:
+        """True while a trailing transfer run is being tracked (no fast path then)."""
+        return self.holding or bool(self.events)
+
+    async def offer(self, ev: AgentEvent) -> list[AgentEvent]:
+        """The events to deliver now for own event ``ev``, in order (``ev`` last unless held)."""
+        if self.holding:
+            transfer_like = await _is_transfer_like(ev)
+        else:  # a stream that may call transfer_to_agent counts for now
+            transfer_like = _transfer_like_now(ev) is not False
+        if transfer_like:
+            self.events.append(ev)
+            if self.holding:
+                return []
+            self.delivered = len(self.events)
+            if _transfer_dest(ev) is not None:
+                self.holding = True
+            return [ev]
+        released = self.events[self.delivered:]
+        released.append(ev)
+        self.events = []
+        self.delivered = 0
+        self.holding = False
+        return released
+
+    async def chain(self) -> tuple[list[AgentEvent], PendingChain] | None:
+        """Once the agent's stream ended: the held events of the first group (to deliver now)
+        and the chain to run, or None when the stream did not end with a transfer."""
+        if not self.holding:
+            return None
+        # Streams among the delivered events are complete now: drop a prefix that turned out
+        # not to be transfer-like (an assistant stream that called no transfer).
+        begin = 0
+        for i in range(self.delivered):
+            if not await _is_transfer_like(self.events[i]):
+                begin = i + 1
+        groups = _split_groups(self.events[begin:])
+        first = groups[0]
+        held = self.events[self.delivered:begin + len(first.events)]
+        return held, PendingChain(list(first.targets), groups[1:])
 
 
 def _thrown_into_us(exc: BaseException) -> bool:
@@ -260,16 +333,30 @@ class FlowAgent:
         sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
             return sub.resume(child, info, **options), pending
-        if not self.sub_agents and hasattr(self.agent, "resume"):
-            return self.agent.resume(child, info, **options), pending  # a wrapper of a tree
+        if not self.sub_agents:  # a custom wrapper around a tree: it resumes what it wraps
+            resume_wrapped = getattr(self.agent, "resume", None)
+            if resume_wrapped is None:
+                raise ConfigurationError(
+                    f"failed to resume agent: agent '{self.name}' (type "
+                    f"{type(self.agent).__name__}) has no sub-agents and does not implement "
+                    "ResumableAgent interface. To support resume, your custom agent wrapper "
+                    "must implement the ResumableAgent interface")
+            return resume_wrapped(child, info, **options), pending
         raise ConfigurationError(f"failed to resume agent: sub-agent '{names[0]}' not found in "
                                  f"agent '{self.name}'")
 
     # -- the run loop ----------------------------------------------------------------------
     async def _drive(self, ctx: RunContext, start: Any, arg: Any,
                      options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
-        """Stamp, record and forward the agent's events; then act on its last own action
-        (or, after a resume passed down, continue the transfer chain saved for this agent)."""
+        """Stamp, record and forward the agent's events; then run the transfer chain its
+        stream ended with (or, after a resume passed down, the chain saved for this agent).
+
+        Transfer chains (D3): an agent ending with transfers to b and then c (one message
+        calling ``transfer_to_agent`` twice, or two transfer groups) delivers
+        ``[its events, call→b+c, result→b]``, runs b, delivers ``result→c``, runs c. A
+        target that ends with an exit, an interrupt or an error stops the chain; an
+        interrupt saves the rest of it (``PendingChain``) so the resume continues with c.
+        """
         name, path, history = self.name, ctx.run_path, ctx.history
         record = history.events.append
         try:
@@ -279,9 +366,7 @@ class FlowAgent:
                 raise
             yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
-        tail: list[AgentEvent] = []  # the trailing transfer run so far (own events)
-        delivered = 0  # how many events of ``tail`` were delivered
-        holding = False  # after the first transfer action, later transfer events are held
+        trailing = _TrailingTransfers()
         last: AgentEvent | None = None
         try:
             async with closing(gen):
@@ -294,34 +379,18 @@ class FlowAgent:
                         continue
                     action = ev.action
                     ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
-                    if action is None and not holding and not tail and ev.error is None:
+                    if action is None and ev.error is None and not trailing.active:
                         out = ev.output  # the common case: a plain message, no transfer
                         if out is None or (out.stream is None and (
                                 out.message is None or not out.message.tool_calls)):
                             record(RecordedEvent(ev))
                             yield ev
                             continue
-                    if holding:
-                        transfer_like = await _is_transfer_like(ev)
-                    else:  # a stream that may call transfer_to_agent counts for now
-                        transfer_like = _transfer_like_now(ev) is not False
-                    if transfer_like:
-                        tail.append(ev)
-                        if holding:
-                            continue
-                        delivered = len(tail)
-                        if _transfer_dest(ev) is not None:
-                            holding = True
-                    elif tail:
-                        for held in tail[delivered:]:
-                            history.record(held)
-                            yield held
-                        tail.clear()
-                        holding = False
-                        delivered = 0
-                    if action is None or action.interrupted is None:
-                        history.record(ev)
-                    yield ev
+                    for out_ev in await trailing.offer(ev):
+                        a = out_ev.action
+                        if a is None or a.interrupted is None:
+                            record(RecordedEvent(out_ev))
+                        yield out_ev
         except BaseException as exc:
             # D9/D24: the agent ending with any exception (a CancelledError it caught from
             # something else, a GeneratorExit it raised...) is its error event; cancellation
@@ -335,23 +404,18 @@ class FlowAgent:
         if isinstance(pending, PendingChain):
             if await ended_abnormally(last):
                 return
-            current, rest = list(pending.targets), list(pending.groups)
-        elif holding:
-            # Streams in the tail are complete now: drop a prefix that is not transfer-like.
-            begin = 0
-            for i in range(delivered):
-                if not await _is_transfer_like(tail[i]):
-                    begin = i + 1
-            groups = _split_groups(tail[begin:])
-            for held in tail[delivered:begin + len(groups[0][0])]:
-                history.record(held)
-                yield held
-            current, rest = list(groups[0][1]), groups[1:]
+            chain = pending
         else:
-            return  # exit, interrupt, or a plain end: nothing to transfer
+            found = await trailing.chain()
+            if found is None:
+                return  # exit, interrupt, or a plain end: nothing to transfer
+            held, chain = found
+            for ev in held:
+                history.record(ev)
+                yield ev
         while True:
-            while current:
-                dest = current.pop(0)
+            while chain.targets:
+                dest = chain.targets.pop(0)
                 target = self.find_target(dest)
                 if target is None:
                     err = AgentEvent(name, path, error=ConfigurationError(
@@ -366,21 +430,22 @@ class FlowAgent:
                     history.record(err)
                     yield err
                     return
-                chain = PendingChain(list(current), list(rest)) if current or rest else None
+                rest = (PendingChain(list(chain.targets), list(chain.groups))
+                        if chain.targets or chain.groups else None)
                 last = None
                 async with closing(target.run(ctx, None, **options)) as sub_events:
                     async for ev in sub_events:
                         last = ev
-                        if chain is not None:
-                            ev = self._with_pending(ctx, ev, chain)
+                        if rest is not None:
+                            ev = self._with_pending(ctx, ev, rest)
                         yield ev
                 if await ended_abnormally(last):
                     return
-            if not rest:
+            if not chain.groups:
                 return
-            events, current = rest.pop(0)
-            current = list(current)
-            for ev in events:
+            group = chain.groups.pop(0)
+            chain.targets = list(group.targets)
+            for ev in group.events:
                 history.record(ev)
                 yield ev
 
