@@ -1,87 +1,290 @@
 """DatabaseCheckpointStore: checkpoints in SQLite or PostgreSQL through SQLAlchemy (async).
 
 Needs the ``sql`` extra (SQLite, ``sqlite+aiosqlite:///path.db``) or ``postgres``
-(``postgresql+asyncpg://user@host/db``). One row per checkpoint id; a re-interrupt overwrites
-the row, so storage stays linear in live checkpoints.
+(``postgresql+asyncpg://user@host/db``). One row per checkpoint id in ``relaykit_checkpoints``;
+a re-interrupt overwrites the row, so storage stays linear in live checkpoints.
+
+Every write is one atomic statement (an upsert, or an update/delete conditioned on the claim),
+never a read followed by a write, so concurrent resumes and saves in any number of processes
+agree. The table is created and upgraded by relaykit's Alembic migrations under a lock shared by
+all processes (see ``relaykit._db.migrate``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from types import TracebackType
+from typing import Self
 
-from relaykit.errors import ConfigurationError
+from relaykit.checkpoints.base import DEFAULT_CLAIM_TTL, check_data, validate_checkpoint_id
+from relaykit.errors import (
+    CheckpointBusyError,
+    CheckpointNotFoundError,
+    CheckpointStoreError,
+    ConfigurationError,
+    RelayKitError,
+)
 
-__all__ = ["DatabaseCheckpointStore"]
+try:
+    import sqlalchemy as sa
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from relaykit import _db
+except ImportError:  # pragma: no cover - depends on the installed extras
+    raise ConfigurationError(
+        "DatabaseCheckpointStore needs SQLAlchemy and Alembic: pip install 'relaykit[sql]' "
+        "(SQLite) or 'relaykit[postgres]' (PostgreSQL)") from None
+
+__all__ = ["CHECKPOINTS_TABLE", "DatabaseCheckpointStore"]
+
+CHECKPOINTS_TABLE = "relaykit_checkpoints"
+
+# The table as the store uses it. Its schema is owned by the migrations in relaykit/_migrations
+# (never created from this definition), which must produce exactly these columns.
+_metadata = sa.MetaData()
+_checkpoints = sa.Table(
+    CHECKPOINTS_TABLE, _metadata,
+    sa.Column("checkpoint_id", sa.String(255), primary_key=True),
+    sa.Column("data", sa.LargeBinary(), nullable=False),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
+              server_default=sa.func.now()),
+    # The resume's claim: its owner and its expiry in seconds since the epoch *by the database's
+    # clock* (``_db.database_now``), so that processes on different machines agree on expiry.
+    sa.Column("claim_owner", sa.Text(), nullable=True),
+    sa.Column("claim_expires_at", sa.Double(), nullable=True),
+)
+_c = _checkpoints.c
 
 
 class DatabaseCheckpointStore:
-    """A ``CheckpointStore`` in a relational database.
+    """A ``CheckpointStore`` in a SQLite or PostgreSQL database, safe across processes.
 
-    >>> store = DatabaseCheckpointStore("sqlite+aiosqlite:///relaykit.db")  # doctest: +SKIP
+    The table ``relaykit_checkpoints`` is created (or upgraded) on first use, or up front with
+    ``await store.open()``. Storage failures raise ``CheckpointStoreError`` naming the operation
+    and the checkpoint id, never SQL or stored content. SQLite files must be on a local disk
+    (WAL mode does not work over network file systems).
+
+    >>> async with DatabaseCheckpointStore("sqlite+aiosqlite:///app.db") as store:  # doctest: +SKIP
+    ...     await store.set("order-1", b"...")
+
+    Args:
+        url: ``sqlite+aiosqlite:///path.db`` or ``postgresql+asyncpg://user@host/db``.
+        claim_ttl: seconds a resume's claim lasts unless renewed (the Runner reads it).
+        engine: an ``AsyncEngine`` to use instead of creating one from ``url`` (shared with
+            other stores, say); the store configures but never disposes it.
     """
 
-    def __init__(self, url: str, *, table: str = "relaykit_checkpoints",
-                 engine: Any = None) -> None:
-        try:
-            import sqlalchemy as sa
-            from sqlalchemy.ext.asyncio import create_async_engine
-        except ImportError:  # pragma: no cover - depends on the installed extras
-            raise ConfigurationError(
-                "DatabaseCheckpointStore needs SQLAlchemy: pip install 'relaykit[sql]' "
-                "(or 'relaykit[postgres]')") from None
+    def __init__(self, url: str, *, claim_ttl: float = DEFAULT_CLAIM_TTL,
+                 engine: AsyncEngine | None = None) -> None:
+        owner = type(self).__name__
+        #: The database URL as given.
         self.url = url
-        try:
-            self._engine = engine if engine is not None else create_async_engine(url)
-        except Exception as exc:
-            raise ConfigurationError(f"DatabaseCheckpointStore: cannot use database URL "
-                                     f"{url!r}: {exc}") from None
-        self._sa = sa
-        metadata = sa.MetaData()
-        self._table = sa.Table(
-            table, metadata,
-            sa.Column("checkpoint_id", sa.String(255), primary_key=True),
-            sa.Column("data", sa.LargeBinary, nullable=False),
-            sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
-                      server_default=sa.func.now(), onupdate=sa.func.now()),
-        )
-        self._metadata = metadata
-        self._ready = False
+        #: Seconds a resume's claim lasts unless renewed (the Runner passes it to ``claim``).
+        self.claim_ttl = claim_ttl
+        if engine is None:
+            self._engine = _db.create_store_engine(url, owner=owner)
+            self._owns_engine = True
+        else:
+            self._engine = _db.check_engine(engine, owner=owner)
+            self._owns_engine = False
+        self._backend = self._engine.dialect.name
+        self._now = _db.database_now(self._backend)
+        self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
 
-    async def _ensure(self) -> None:
-        if not self._ready:
-            async with self._engine.begin() as conn:
-                await conn.run_sync(self._metadata.create_all)
-            self._ready = True
+    def __repr__(self) -> str:
+        url = self._engine.url.render_as_string(hide_password=True)
+        return f"{type(self).__name__}({url!r})"
+
+    async def open(self) -> None:
+        """Create or upgrade the checkpoints table now (otherwise the first operation does).
+
+        Safe to call from many tasks and processes at once: the migration runs once.
+        """
+        with _StorageFailures("open its database", None, self._engine):
+            await self._ensure_schema()
+
+    async def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await _db.migrate(self._engine)
+                self._schema_ready = True
 
     async def get(self, checkpoint_id: str) -> bytes | None:
         """The bytes saved under ``checkpoint_id``, or None."""
-        await self._ensure()
-        t = self._table
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(self._sa.select(t.c.data).where(
-                t.c.checkpoint_id == checkpoint_id))).first()
+        validate_checkpoint_id(checkpoint_id)
+        with _StorageFailures("read", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.connect() as conn:
+                row = (await conn.execute(
+                    sa.select(_c.data).where(_c.checkpoint_id == checkpoint_id))).first()
         return bytes(row[0]) if row is not None else None
 
     async def set(self, checkpoint_id: str, data: bytes) -> None:
-        """Save or overwrite the checkpoint (one transaction)."""
-        if not isinstance(data, (bytes, bytearray)):
-            raise TypeError(f"checkpoint data must be bytes, not {type(data).__name__}")
-        await self._ensure()
-        t = self._table
-        async with self._engine.begin() as conn:
-            updated = await conn.execute(t.update().where(t.c.checkpoint_id == checkpoint_id)
-                                         .values(data=bytes(data), updated_at=self._sa.func.now()))
-            if updated.rowcount == 0:
-                await conn.execute(t.insert().values(checkpoint_id=checkpoint_id,
-                                                     data=bytes(data)))
+        """Save (or overwrite) ``data`` in one atomic upsert; drops any claim."""
+        validate_checkpoint_id(checkpoint_id)
+        payload = check_data(data)
+        with _StorageFailures("save", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                await conn.execute(self._upsert(checkpoint_id, payload))
+
+    def _upsert(self, checkpoint_id: str, payload: bytes) -> sa.Executable:
+        # INSERT ... ON CONFLICT DO UPDATE: concurrent first saves of one id all succeed, where
+        # an update-then-insert makes all but one fail on the primary key.
+        insert = postgresql.insert if self._backend == "postgresql" else sqlite.insert
+        statement = insert(_checkpoints).values(checkpoint_id=checkpoint_id, data=payload)
+        return statement.on_conflict_do_update(
+            index_elements=[_c.checkpoint_id],
+            set_={"data": statement.excluded.data, "updated_at": sa.func.now(),
+                  "claim_owner": None, "claim_expires_at": None})
 
     async def delete(self, checkpoint_id: str) -> None:
-        """Forget ``checkpoint_id`` (no error if unknown)."""
-        await self._ensure()
-        t = self._table
-        async with self._engine.begin() as conn:
-            await conn.execute(t.delete().where(t.c.checkpoint_id == checkpoint_id))
+        """Forget ``checkpoint_id`` and its claim (no error if unknown)."""
+        validate_checkpoint_id(checkpoint_id)
+        with _StorageFailures("delete", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                await conn.execute(sa.delete(_checkpoints)
+                                   .where(_c.checkpoint_id == checkpoint_id))
+
+    async def claim(self, checkpoint_id: str, owner: str, ttl: float) -> bytes:
+        """Claim the checkpoint for ``owner`` for ``ttl`` seconds and return its document.
+
+        One atomic UPDATE ... RETURNING takes the claim when it is free, expired or already
+        ``owner``'s. Raises ``CheckpointNotFoundError`` or ``CheckpointBusyError``.
+        """
+        validate_checkpoint_id(checkpoint_id)
+        with _StorageFailures("claim", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                row = (await conn.execute(
+                    sa.update(_checkpoints)
+                    .where(_c.checkpoint_id == checkpoint_id,
+                           sa.or_(_c.claim_owner.is_(None), _c.claim_expires_at <= self._now,
+                                  _c.claim_owner == owner))
+                    .values(claim_owner=owner, claim_expires_at=self._now + float(ttl))
+                    .returning(_c.data))).first()
+                # Nothing claimed: only now tell "absent" from "held by someone else". This
+                # read decides which error to raise, never whether to write.
+                exists = row is not None or (await conn.execute(
+                    sa.select(_c.checkpoint_id)
+                    .where(_c.checkpoint_id == checkpoint_id))).first() is not None
+        if row is not None:
+            return bytes(row[0])
+        if exists:
+            raise CheckpointBusyError(checkpoint_id)
+        raise CheckpointNotFoundError(checkpoint_id)
+
+    async def renew(self, checkpoint_id: str, owner: str, ttl: float) -> None:
+        """Extend ``owner``'s unexpired claim to ``ttl`` seconds from now.
+
+        ``CheckpointBusyError`` if ``owner`` lost it (it expired, another resume claimed it, or
+        the checkpoint was replaced or deleted).
+        """
+        validate_checkpoint_id(checkpoint_id)
+        with _StorageFailures("renew the claim on", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                renewed = await conn.execute(
+                    sa.update(_checkpoints)
+                    .where(_c.checkpoint_id == checkpoint_id, _c.claim_owner == owner,
+                           _c.claim_expires_at > self._now)
+                    .values(claim_expires_at=self._now + float(ttl)))
+                lost = renewed.rowcount == 0
+                if lost:
+                    # As in the in-memory store, an expired claim met on the way is dropped, so
+                    # an owner told its claim is lost cannot finish the resume afterwards.
+                    await conn.execute(
+                        sa.update(_checkpoints)
+                        .where(_c.checkpoint_id == checkpoint_id,
+                               _c.claim_expires_at <= self._now)
+                        .values(claim_owner=None, claim_expires_at=None))
+        if lost:
+            raise CheckpointBusyError(
+                checkpoint_id, f"the claim on checkpoint {checkpoint_id!r} was lost (it expired "
+                "and another resume claimed it, or the checkpoint was replaced)")
+
+    async def release(self, checkpoint_id: str, owner: str) -> None:
+        """Drop ``owner``'s claim and keep the checkpoint (no error if not held)."""
+        validate_checkpoint_id(checkpoint_id)
+        with _StorageFailures("release the claim on", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                await conn.execute(
+                    sa.update(_checkpoints)
+                    .where(_c.checkpoint_id == checkpoint_id, _c.claim_owner == owner)
+                    .values(claim_owner=None, claim_expires_at=None))
+
+    async def finish(self, checkpoint_id: str, owner: str, data: bytes | None) -> None:
+        """Replace the checkpoint with ``data`` and drop the claim, or delete it (``None``).
+
+        Only while ``owner`` holds the claim (an expired claim nobody took over still counts),
+        else ``CheckpointBusyError`` and nothing is written.
+        """
+        validate_checkpoint_id(checkpoint_id)
+        payload = check_data(data) if data is not None else None
+        held = (_c.checkpoint_id == checkpoint_id) & (_c.claim_owner == owner)
+        with _StorageFailures("finish the resume of", checkpoint_id, self._engine):
+            await self._ensure_schema()
+            async with self._engine.begin() as conn:
+                if payload is None:
+                    result = await conn.execute(sa.delete(_checkpoints).where(held))
+                else:
+                    result = await conn.execute(
+                        sa.update(_checkpoints).where(held)
+                        .values(data=payload, updated_at=sa.func.now(), claim_owner=None,
+                                claim_expires_at=None))
+        if result.rowcount == 0:
+            raise CheckpointBusyError(
+                checkpoint_id, f"cannot finish the resume of checkpoint {checkpoint_id!r}: its "
+                "claim was lost (it expired and another resume claimed it, or the checkpoint "
+                "was replaced or deleted)")
 
     async def aclose(self) -> None:
-        """Dispose of the engine's connections."""
-        await self._engine.dispose()
+        """Close the database connections (of an engine the store created; not a given one)."""
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+class _StorageFailures:
+    """Re-raises a failure inside its block as ``CheckpointStoreError``.
+
+    The new error names the operation, the checkpoint id and the kind of failure. The original
+    is dropped (``from None``): the driver's message and attributes can hold the SQL and its
+    parameters, that is stored content. relaykit's own errors (busy, not found) pass through;
+    so do cancellation and other ``BaseException``s.
+    """
+
+    __slots__ = ("_checkpoint_id", "_engine", "_operation")
+
+    def __init__(self, operation: str, checkpoint_id: str | None, engine: AsyncEngine) -> None:
+        self._operation = operation
+        self._checkpoint_id = checkpoint_id
+        self._engine = engine
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayKitError):
+            return
+        what = (self._operation if self._checkpoint_id is None
+                else f"{self._operation} checkpoint {self._checkpoint_id!r}")
+        backend = self._engine.url.drivername
+        raise CheckpointStoreError(
+            f"the checkpoint store could not {what}: {_db.describe_failure(exc)} from "
+            f"{backend}. Check that the database is reachable and writable (the driver's "
+            "message is withheld: it can contain stored content)") from None

@@ -1,0 +1,213 @@
+"""Engines, dialect helpers and schema migrations for relaykit's database-backed stores.
+
+Only the database stores import this module (it loads SQLAlchemy; migrating loads Alembic), so
+``import relaykit`` stays light. Everything here is shared by every store that keeps its tables
+in the same database: one URL check, one set of SQLite connection settings, one clock, one
+Alembic environment (``relaykit/_migrations``) with its own version table.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from relaykit.errors import ConfigurationError
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "SQLITE_BUSY_TIMEOUT_MS",
+    "VERSION_TABLE",
+    "check_engine",
+    "create_store_engine",
+    "database_now",
+    "describe_failure",
+    "migrate",
+    "url_scheme",
+]
+
+#: Alembic's version table for relaykit's own tables; an app's ``alembic_version`` is never used.
+VERSION_TABLE: Final = "relaykit_alembic_version"
+#: The Alembic environment (``env.py`` and ``versions/``) shipped inside the package.
+MIGRATIONS_DIR: Final = Path(__file__).resolve().parent / "_migrations"
+#: How long a SQLite connection waits for another connection's (or process's) write lock.
+SQLITE_BUSY_TIMEOUT_MS: Final = 30_000
+# The key of the PostgreSQL advisory lock that serialises migrations across processes and
+# machines: a fixed constant so every relaykit process agrees on it ("rkmigr" in ASCII).
+_PG_MIGRATION_LOCK_KEY: Final = 0x726B6D696772
+_SUPPORTED_BACKENDS: Final = ("sqlite", "postgresql")
+_URL_EXAMPLES: Final = "sqlite+aiosqlite:///path.db or postgresql+asyncpg://user@host/dbname"
+
+
+def url_scheme(url: object) -> str:
+    """The scheme of a database URL (``postgresql+asyncpg``), for messages: never the password."""
+    if isinstance(url, sa.URL):
+        return url.drivername
+    scheme, separator, _ = str(url).partition("://")
+    return scheme if separator and scheme else "(none)"
+
+
+def create_store_engine(url: str, *, owner: str) -> AsyncEngine:
+    """An async engine for ``url``, configured for relaykit's stores, or ``ConfigurationError``.
+
+    Accepts SQLite and PostgreSQL URLs with an asyncio driver. The error names the URL's
+    scheme and what to install, never the URL itself (it may hold a password). ``owner`` is the
+    class named in messages.
+
+    >>> engine = create_store_engine("sqlite+aiosqlite:///app.db", owner="Store")  # doctest: +SKIP
+    """
+    scheme = url_scheme(url)
+    try:
+        parsed = sa.make_url(url)
+    except (ArgumentError, ValueError, TypeError):
+        raise ConfigurationError(
+            f"{owner}: cannot parse the database URL (scheme {scheme!r}); "
+            f"use {_URL_EXAMPLES}") from None
+    backend = parsed.get_backend_name()
+    if backend not in _SUPPORTED_BACKENDS:
+        raise ConfigurationError(
+            f"{owner}: database URLs with scheme {scheme!r} are not supported; "
+            f"use {_URL_EXAMPLES}")
+    if backend == "sqlite" and (parsed.database in (None, "", ":memory:")
+                                or parsed.query.get("mode") == "memory"):
+        # An in-memory SQLite database shares one connection between all tasks (their
+        # transactions would mix) and is gone with the process: it cannot keep checkpoints.
+        raise ConfigurationError(
+            f"{owner}: an in-memory SQLite database cannot be shared safely by concurrent "
+            "tasks; use a file (sqlite+aiosqlite:///path.db), or the in-memory store")
+    try:
+        engine = create_async_engine(parsed)
+    except ImportError:
+        extra = "sql" if backend == "sqlite" else "postgres"
+        raise ConfigurationError(
+            f"{owner}: the driver for {scheme!r} URLs is not installed; "
+            f"pip install 'relaykit[{extra}]'") from None
+    except Exception:
+        # The driver is unknown or synchronous (sqlite://, postgresql+psycopg2://).
+        raise ConfigurationError(
+            f"{owner}: cannot use a {scheme!r} URL: relaykit needs an asyncio driver, "
+            f"e.g. {_URL_EXAMPLES}") from None
+    configure_engine(engine)
+    return engine
+
+
+def check_engine(engine: object, *, owner: str) -> AsyncEngine:
+    """``engine`` if relaykit's stores can use it (async, SQLite or PostgreSQL), configured.
+
+    A SQLite engine gets relaykit's connection settings for the connections it opens from now
+    on (WAL, busy timeout), so pass an engine before it has connected.
+    """
+    if not isinstance(engine, AsyncEngine):
+        raise ConfigurationError(
+            f"{owner}: engine must be a SQLAlchemy AsyncEngine (create_async_engine), "
+            f"not {type(engine).__name__}")
+    if engine.dialect.name not in _SUPPORTED_BACKENDS:
+        raise ConfigurationError(
+            f"{owner}: {engine.dialect.name!r} databases are not supported; "
+            f"use {_URL_EXAMPLES}")
+    configure_engine(engine)
+    return engine
+
+
+def configure_engine(engine: AsyncEngine) -> None:
+    """Apply relaykit's per-connection settings to ``engine`` (idempotent)."""
+    if engine.dialect.name == "sqlite" and not event.contains(
+            engine.sync_engine, "connect", _configure_sqlite_connection):
+        event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
+
+
+def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) -> None:
+    # Several processes (or engines) write one file: with a busy timeout a writer waits for the
+    # lock instead of failing at once with "database is locked", and in WAL mode readers never
+    # block the writer nor the writer the readers. The busy timeout comes first, so that the
+    # switch to WAL (which needs the lock on a fresh file) waits too. WAL mode is persistent.
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+    finally:
+        cursor.close()
+
+
+def database_now(dialect_name: str) -> sa.ColumnElement[float]:
+    """The database's clock as seconds since the epoch (a float), as an SQL expression.
+
+    Claim expiries are compared with this clock, never the client's: every process and machine
+    that uses the database then agrees on whether a lease has expired, however their own clocks
+    drift. On PostgreSQL it is the server's ``statement_timestamp()`` (one value per statement);
+    on SQLite it is the clock of the machine that holds the file (millisecond precision).
+    """
+    if dialect_name == "postgresql":
+        return sa.literal_column(
+            "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)", sa.Double())
+    return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Double())
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring relaykit's tables in ``engine``'s database to the newest schema revision.
+
+    Runs the shipped Alembic environment in one transaction that holds a lock shared by every
+    process: on PostgreSQL a transaction-level advisory lock on a fixed key, on SQLite the
+    database's write lock (``BEGIN IMMEDIATE``). A second process waits for the first, then finds
+    the schema current and does nothing. The DDL and the version stamp commit together (both
+    databases have transactional DDL), so a crash mid-migration leaves the old schema.
+    """
+    async with engine.connect() as connection:
+        if connection.dialect.name == "postgresql":
+            await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
+                                     {"key": _PG_MIGRATION_LOCK_KEY})
+        else:
+            # Python's sqlite3 opens no transaction before DDL by itself; take the write lock.
+            await connection.exec_driver_sql("BEGIN IMMEDIATE")
+        await connection.run_sync(_upgrade_to_head)
+        await connection.commit()
+
+
+def _upgrade_to_head(connection: sa.Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    # No alembic.ini: the environment's location is set here and env.py takes the connection
+    # from the attributes ("%" is ConfigParser's interpolation character).
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR).replace("%", "%%"))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A short, safe description of a storage failure, for error messages.
+
+    Only type names and error codes: a driver's message can quote the SQL, its parameters and
+    so stored content, and a connection error can quote the host.
+    """
+    try:
+        from alembic.util import CommandError
+    except ImportError:  # pragma: no cover - alembic ships with the sql extra
+        pass
+    else:
+        if isinstance(exc, CommandError):
+            return ("the database holds a relaykit schema revision this version does not know "
+                    "(was it upgraded by a newer relaykit?)")
+    original: BaseException = exc
+    if isinstance(exc, DBAPIError) and isinstance(exc.orig, BaseException):
+        original = exc.orig
+        # SQLAlchemy's async adapters wrap the driver's own exception once more.
+        cause = original.__cause__
+        if cause is not None and type(cause).__module__.split(".")[0] in ("asyncpg", "sqlite3"):
+            original = cause
+    details: list[str] = []
+    code = (getattr(original, "sqlite_errorname", None) or getattr(original, "sqlstate", None)
+            or getattr(original, "pgcode", None))
+    if isinstance(code, str) and code:
+        details.append(code)
+    if isinstance(original, OSError) and original.errno is not None:
+        details.append(errno.errorcode.get(original.errno, f"errno {original.errno}"))
+    name = type(original).__name__
+    return f"{name} ({', '.join(details)})" if details else name
+
