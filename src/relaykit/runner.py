@@ -49,6 +49,9 @@ __all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "RunResult", "Runner", "SavedInter
 
 CHECKPOINT_FORMAT = "relaykit/checkpoint"
 logger = logging.getLogger("relaykit")
+#: The largest ``max_transfers`` a Runner accepts: transfers nest the target's stream inside
+#: the transferring agent's, and far more would reach Python's recursion limit.
+MAX_SUPPORTED_TRANSFERS = 250
 
 
 @register_type("relaykit.SavedInterruptPoint")
@@ -126,8 +129,12 @@ class Runner:
                     f"checkpoint store {type(checkpoint_store).__name__} lacks "
                     f"{', '.join(missing)}: a CheckpointStore must support exclusive resumes "
                     "(claim, renew, release, finish) as well as get, set and delete")
-        if not isinstance(max_transfers, int) or max_transfers < 0:
-            raise ConfigurationError(f"max_transfers must be an int >= 0, not {max_transfers!r}")
+        if (not isinstance(max_transfers, int) or isinstance(max_transfers, bool)
+                or not 0 <= max_transfers <= MAX_SUPPORTED_TRANSFERS):
+            raise ConfigurationError(
+                f"max_transfers must be an int from 0 to {MAX_SUPPORTED_TRANSFERS}, not "
+                f"{max_transfers!r} (each transfer runs the target inside the transferring "
+                "agent's stream, so a run cannot nest transfers without bound)")
         validate_tree(agent)
         self.agent = agent
         self.app_name = app_name

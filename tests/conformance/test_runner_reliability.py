@@ -424,9 +424,18 @@ async def test_default_limit_ends_a_ping_pong_with_a_clear_error() -> None:
     assert len(calls) == 101
 
 
-def test_max_transfers_is_validated() -> None:
-    with pytest.raises(errors.ConfigurationError, match="max_transfers"):
-        rk.Runner(ScriptedAgent("A", ["hi"]), max_transfers=-1)
+@pytest.mark.parametrize("bad", [-1, 251, 10_000, True, 2.5])
+def test_max_transfers_is_validated(bad: object) -> None:
+    with pytest.raises(errors.ConfigurationError, match="max_transfers must be an int from 0"):
+        rk.Runner(ScriptedAgent("A", ["hi"]), max_transfers=bad)  # type: ignore[arg-type]
+
+
+async def test_the_largest_transfer_limit_ends_with_max_transfers_not_recursion() -> None:
+    calls: list[str] = []
+    runner = rk.Runner(_ping_pong(calls), max_transfers=250, streaming=True)
+    events = await _drain(runner.query("go"))
+    assert isinstance(events[-1].error, errors.MaxTransfersError)
+    assert len(calls) == 251
 
 
 # -- D24 / D9: agents ending with BaseExceptions -----------------------------------------------
