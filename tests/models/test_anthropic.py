@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from relaykit.errors import ConfigurationError, ModelError
-from relaykit.messages import Blob, Message, ToolCall
+from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models.anthropic import AnthropicModel
 from relaykit.models.base import ModelRequest, ToolSpec
 
@@ -20,26 +21,11 @@ if TYPE_CHECKING:
 MakeModel = Callable[..., AnthropicModel]
 MODEL = "claude-test-1"
 
-WEATHER = ToolSpec("get_weather", "Current weather for a city",
-                   {"type": "object", "properties": {"city": {"type": "string"}},
-                    "required": ["city"]})
-
 
 @pytest.fixture
-async def make_model(server: MockServer) -> AsyncIterator[MakeModel]:
-    models: list[AnthropicModel] = []
-
-    def make(**kwargs: Any) -> AnthropicModel:
-        kwargs.setdefault("api_key", "sk-ant-test")
-        kwargs.setdefault("base_url", server.base_url)
-        kwargs.setdefault("backoff_base", 0.001)
-        model = AnthropicModel(MODEL, **kwargs)
-        models.append(model)
-        return model
-
-    yield make
-    for model in models:
-        await model.aclose()
+def make_model(server: MockServer, build_model: Callable[..., Any]) -> MakeModel:
+    return functools.partial(build_model, AnthropicModel, MODEL, api_key="sk-ant-test",
+                             base_url=server.base_url)
 
 
 def api_key_sent(headers: dict[str, str]) -> str:
@@ -83,7 +69,8 @@ MESSAGE_START = {"type": "message_start", "message": {
 
 
 async def test_generate_maps_system_tools_and_tool_results(server: MockServer,
-                                                           make_model: MakeModel) -> None:
+                                                           make_model: MakeModel,
+                                                           weather_tool: ToolSpec) -> None:
     server.enqueue_json(response([{"type": "text", "text": "Paris 21°C, Rome 25°C."}],
                                  input_tokens=50, output_tokens=9,
                                  cache_read_input_tokens=100))
@@ -99,7 +86,7 @@ async def test_generate_maps_system_tools_and_tool_results(server: MockServer,
         Message.tool("21", tool_call_id="toolu_1", tool_name="get_weather"),
         Message.tool("25", tool_call_id="toolu_2", tool_name="get_weather"),
     ]
-    reply = await make_model(temperature=0.0).generate(ModelRequest(history, [WEATHER]))
+    reply = await make_model(temperature=0.0).generate(ModelRequest(history, [weather_tool]))
 
     assert reply.content == "Paris 21°C, Rome 25°C."
     assert reply.tool_calls == []
@@ -133,17 +120,18 @@ async def test_generate_maps_system_tools_and_tool_results(server: MockServer,
         ]},
     ]
     assert body["tools"] == [{"name": "get_weather", "description": "Current weather for a city",
-                              "input_schema": WEATHER.parameters}]
+                              "input_schema": weather_tool.parameters}]
 
 
 async def test_generate_returns_tool_use_as_tool_calls(server: MockServer,
-                                                       make_model: MakeModel) -> None:
+                                                       make_model: MakeModel,
+                                                       weather_tool: ToolSpec) -> None:
     server.enqueue_json(response([
         {"type": "text", "text": "Let me look."},
         {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Oslo"}},
     ], stop="tool_use"))
     reply = await make_model(max_tokens=50).generate(
-        ModelRequest([Message.user("Oslo?")], [WEATHER]))
+        ModelRequest([Message.user("Oslo?")], [weather_tool]))
     assert reply.content == "Let me look."
     [call] = reply.tool_calls
     assert (call.id, call.name, json.loads(call.arguments)) == ("toolu_9", "get_weather",
@@ -153,7 +141,8 @@ async def test_generate_returns_tool_use_as_tool_calls(server: MockServer,
 
 
 async def test_stream_text_and_input_json_fragments(server: MockServer,
-                                                    make_model: MakeModel) -> None:
+                                                    make_model: MakeModel,
+                                                    weather_tool: ToolSpec) -> None:
     server.enqueue_sse(events(
         MESSAGE_START,
         block_start(0, {"type": "text", "text": ""}),
@@ -173,7 +162,7 @@ async def test_stream_text_and_input_json_fragments(server: MockServer,
          "usage": {"output_tokens": 17}},
         {"type": "message_stop"},
     ))
-    stream = make_model().stream(ModelRequest([Message.user("Paris?")], [WEATHER]))
+    stream = make_model().stream(ModelRequest([Message.user("Paris?")], [weather_tool]))
     message = await stream.collect()
 
     assert message.content == "Looking up."
@@ -198,6 +187,28 @@ async def test_overloaded_529_is_retried(server: MockServer, make_model: MakeMod
     server.enqueue_json(response([{"type": "text", "text": "ok"}]))
     assert (await make_model().generate(ModelRequest([Message.user("hi")]))).content == "ok"
     assert len(server.requests) == 2
+
+
+async def test_overloaded_529_waits_until_its_retry_after_date(
+        server: MockServer, make_model: MakeModel, retry_delays: list[float],
+        http_date: Callable[[float], str]) -> None:
+    server.enqueue_json(error("overloaded_error", "Overloaded"), 529,
+                        headers={"retry-after": http_date(20)})
+    server.enqueue_json(response([{"type": "text", "text": "ok"}]))
+    assert (await make_model().generate(ModelRequest([Message.user("hi")]))).content == "ok"
+    [delay] = retry_delays
+    assert 18 <= delay <= 20  # the date has whole seconds, and a moment passes on the way
+
+
+async def test_stream_rate_limit_above_max_backoff_fails_at_once(
+        server: MockServer, make_model: MakeModel, retry_delays: list[float]) -> None:
+    server.enqueue_json(error("rate_limit_error", "Number of request tokens has exceeded"), 429,
+                        headers={"retry-after": "45"})
+    with pytest.raises(ModelError, match=r"asked to wait 45 s .* max_backoff=30 s") as info:
+        await make_model(max_backoff=30).stream(ModelRequest([Message.user("hi")])).collect()
+    assert info.value.status == 429
+    assert len(server.requests) == 1
+    assert retry_delays == []
 
 
 async def test_500_exhausts_retries(server: MockServer, make_model: MakeModel) -> None:
@@ -273,3 +284,15 @@ async def test_key_from_environment(server: MockServer, monkeypatch: pytest.Monk
     finally:
         await model.aclose()
     assert api_key_sent(server.requests[0].headers) == "sk-ant-env"
+
+
+@pytest.mark.usefixtures("no_cyclic_gc")
+async def test_abandoned_stream_closes_its_connection(
+        server: MockServer, make_model: MakeModel,
+        first_chunk_then_close: Callable[[MessageStream], Awaitable[Message]]) -> None:
+    # No message_stop and the stream held open: only the client hanging up can end it.
+    server.enqueue_sse(events(MESSAGE_START, block_start(0, {"type": "text", "text": "one "}),
+                              delta(0, {"type": "text_delta", "text": "two"})), hold_open=True)
+    first = await first_chunk_then_close(make_model().stream(ModelRequest([Message.user("hi")])))
+    assert first.content == "one "
+    assert await server.saw_disconnect()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import base64
+import functools
 import json
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from relaykit.errors import ConfigurationError, ModelError
-from relaykit.messages import Blob, Message, ToolCall
+from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models.base import ModelRequest, ToolSpec
 from relaykit.models.openai import OpenAIModel
 
@@ -20,26 +20,11 @@ if TYPE_CHECKING:
 
 MakeModel = Callable[..., OpenAIModel]
 
-WEATHER = ToolSpec("get_weather", "Current weather for a city",
-                   {"type": "object", "properties": {"city": {"type": "string"}},
-                    "required": ["city"]})
-
 
 @pytest.fixture
-async def make_model(server: MockServer) -> AsyncIterator[MakeModel]:
-    models: list[OpenAIModel] = []
-
-    def make(**kwargs: Any) -> OpenAIModel:
-        kwargs.setdefault("api_key", "sk-test")
-        kwargs.setdefault("base_url", server.base_url + "/v1")
-        kwargs.setdefault("backoff_base", 0.001)
-        model = OpenAIModel("gpt-4o-mini", **kwargs)
-        models.append(model)
-        return model
-
-    yield make
-    for model in models:
-        await model.aclose()
+def make_model(server: MockServer, build_model: Callable[..., Any]) -> MakeModel:
+    return functools.partial(build_model, OpenAIModel, "gpt-4o-mini", api_key="sk-test",
+                             base_url=server.base_url + "/v1")
 
 
 def completion(message: dict[str, Any], *, prompt: int = 11, completion_tokens: int = 5,
@@ -71,8 +56,8 @@ def error(message: str) -> dict[str, Any]:
                       "param": None}}
 
 
-async def test_generate_maps_messages_tools_and_options(server: MockServer,
-                                                        make_model: MakeModel) -> None:
+async def test_generate_maps_messages_tools_and_options(server: MockServer, make_model: MakeModel,
+                                                        weather_tool: ToolSpec) -> None:
     server.enqueue_json(completion({"content": "Sunny, 21°C."}, prompt=42, completion_tokens=6))
     model = make_model(temperature=0.2)
     png = b"\x89PNG\r\n\x1a\nfake"
@@ -82,7 +67,7 @@ async def test_generate_maps_messages_tools_and_options(server: MockServer,
         Message.assistant("", [ToolCall("call_1", "get_weather", '{"city": "Paris"}')]),
         Message.tool('{"temp": 21}', tool_call_id="call_1", tool_name="get_weather"),
     ]
-    reply = await model.generate(ModelRequest(history, [WEATHER], {"top_k": 5}))
+    reply = await model.generate(ModelRequest(history, [weather_tool], {"top_k": 5}))
 
     assert reply.role == "assistant"
     assert reply.content == "Sunny, 21°C."
@@ -112,10 +97,11 @@ async def test_generate_maps_messages_tools_and_options(server: MockServer,
     ]
     assert body["tools"] == [{"type": "function", "function": {
         "name": "get_weather", "description": "Current weather for a city",
-        "parameters": WEATHER.parameters}}]
+        "parameters": weather_tool.parameters}}]
 
 
-async def test_generate_returns_tool_calls(server: MockServer, make_model: MakeModel) -> None:
+async def test_generate_returns_tool_calls(server: MockServer, make_model: MakeModel,
+                                           weather_tool: ToolSpec) -> None:
     server.enqueue_json(completion({"content": None, "tool_calls": [
         {"id": "call_a", "type": "function",
          "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}},
@@ -123,7 +109,7 @@ async def test_generate_returns_tool_calls(server: MockServer, make_model: MakeM
          "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'}},
     ]}, finish="tool_calls"))
     reply = await make_model().generate(ModelRequest([Message.user("Paris and Rome?")],
-                                                     [WEATHER]))
+                                                     [weather_tool]))
     assert reply.content == ""
     assert [(c.id, c.name) for c in reply.tool_calls] == [("call_a", "get_weather"),
                                                           ("call_b", "get_weather")]
@@ -132,8 +118,8 @@ async def test_generate_returns_tool_calls(server: MockServer, make_model: MakeM
     assert reply.metadata["usage"] == {"input_tokens": 11, "output_tokens": 5}
 
 
-async def test_stream_text_and_tool_call_fragments(server: MockServer,
-                                                   make_model: MakeModel) -> None:
+async def test_stream_text_and_tool_call_fragments(server: MockServer, make_model: MakeModel,
+                                                   weather_tool: ToolSpec) -> None:
     server.enqueue_sse(sse(
         chunk({"role": "assistant", "content": ""}),
         chunk({"content": "Let me "}),
@@ -148,7 +134,8 @@ async def test_stream_text_and_tool_call_fragments(server: MockServer,
         chunk({}, finish="tool_calls"),
         chunk(usage={"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}),
     ))
-    stream = make_model().stream(ModelRequest([Message.user("Paris and Rome?")], [WEATHER]))
+    stream = make_model().stream(ModelRequest([Message.user("Paris and Rome?")],
+                                              [weather_tool]))
     message = await stream.collect()
 
     assert message.content == "Let me check."
@@ -270,22 +257,84 @@ async def test_unsupported_attachment_is_reported(server: MockServer,
     assert server.requests == []
 
 
-async def test_retry_after_header_is_honoured(server: MockServer,
-                                              make_model: MakeModel) -> None:
-    server.enqueue_json(error("slow down"), 429, headers={"retry-after-ms": "150"})
+async def test_retry_after_ms_header_sets_the_wait(server: MockServer, make_model: MakeModel,
+                                                   retry_delays: list[float]) -> None:
+    server.enqueue_json(error("slow down"), 429, headers={"retry-after-ms": "1500"})
     server.enqueue_json(completion({"content": "ok"}))
-    started = time.monotonic()
     assert (await make_model().generate(ModelRequest([Message.user("hi")]))).content == "ok"
-    assert time.monotonic() - started >= 0.14
+    assert retry_delays == [1.5]
     assert len(server.requests) == 2
 
 
-async def test_abandoned_stream_closes_cleanly(server: MockServer,
-                                               make_model: MakeModel) -> None:
-    server.enqueue_sse(sse(chunk({"content": "one "}), chunk({"content": "two"})))
-    stream = make_model().stream(ModelRequest([Message.user("hi")]))
-    async for first in stream:
-        assert first.content == "one "
-        break
-    await stream.aclose()
-    assert stream.done
+async def test_retry_after_http_date_waits_until_that_date(
+        server: MockServer, make_model: MakeModel, retry_delays: list[float],
+        http_date: Callable[[float], str]) -> None:
+    server.enqueue_json(error("slow down"), 429, headers={"retry-after": http_date(30)})
+    server.enqueue_json(completion({"content": "ok"}))
+    assert (await make_model().generate(ModelRequest([Message.user("hi")]))).content == "ok"
+    [delay] = retry_delays
+    assert 28 <= delay <= 30  # the date has whole seconds, and a moment passes on the way
+    assert len(server.requests) == 2
+
+
+async def test_retry_after_past_http_date_adds_no_wait(server: MockServer,
+                                                      make_model: MakeModel,
+                                                      retry_delays: list[float],
+                                                      http_date: Callable[[float], str]) -> None:
+    server.enqueue_json(error("The server had an error"), 503,
+                        headers={"retry-after": http_date(-3600)})
+    server.enqueue_json(completion({"content": "ok"}))
+    model = make_model(backoff_base=0.25)
+    assert (await model.generate(ModelRequest([Message.user("hi")]))).content == "ok"
+    [delay] = retry_delays
+    assert 0.25 <= delay <= 0.25 * 1.1  # the plain first backoff (with its jitter)
+
+
+async def test_retry_after_above_max_backoff_fails_at_once(server: MockServer,
+                                                          make_model: MakeModel,
+                                                          retry_delays: list[float]) -> None:
+    server.enqueue_json(error("Rate limit reached for requests"), 429,
+                        headers={"retry-after": "90"})
+    with pytest.raises(ModelError) as info:
+        await make_model(max_backoff=60).generate(ModelRequest([Message.user("hi")]))
+    assert len(server.requests) == 1
+    assert retry_delays == []
+    assert info.value.status == 429
+    assert str(info.value) == (
+        "openai: HTTP 429 from model 'gpt-4o-mini': Rate limit reached for requests (the server "
+        "asked to wait 90 s before retrying, more than max_backoff=60 s: not retried; pass a "
+        "larger max_backoff to wait that long)")
+
+
+async def test_retry_after_within_max_backoff_is_waited_in_full(
+        server: MockServer, make_model: MakeModel, retry_delays: list[float]) -> None:
+    server.enqueue_json(error("slow down"), 429, headers={"retry-after": "60"})
+    server.enqueue_json(completion({"content": "ok"}))
+    reply = await make_model(max_backoff=60).generate(ModelRequest([Message.user("hi")]))
+    assert reply.content == "ok"
+    assert retry_delays == [60]
+
+
+async def test_backoff_doubles_up_to_max_backoff(server: MockServer, make_model: MakeModel,
+                                                 retry_delays: list[float]) -> None:
+    server.enqueue_json(error("The server had an error"), 500, times=9)
+    model = make_model(max_retries=8, backoff_base=0.5, max_backoff=3)
+    with pytest.raises(ModelError, match="gave up after 9 attempts"):
+        await model.generate(ModelRequest([Message.user("hi")]))
+    assert len(retry_delays) == 8
+    assert all(delay <= 3 for delay in retry_delays)
+    for delay, plain in zip(retry_delays[:3], [0.5, 1.0, 2.0], strict=True):
+        assert plain <= delay <= plain * 1.1  # jitter adds at most 10 %
+    assert retry_delays[3:] == [3] * 5
+
+
+@pytest.mark.usefixtures("no_cyclic_gc")
+async def test_abandoned_stream_closes_its_connection(
+        server: MockServer, make_model: MakeModel,
+        first_chunk_then_close: Callable[[MessageStream], Awaitable[Message]]) -> None:
+    # No "[DONE]" and the stream held open: only the client hanging up can end it.
+    server.enqueue_sse([(None, chunk({"content": "one "})), (None, chunk({"content": "two"}))],
+                       hold_open=True)
+    first = await first_chunk_then_close(make_model().stream(ModelRequest([Message.user("hi")])))
+    assert first.content == "one "
+    assert await server.saw_disconnect()

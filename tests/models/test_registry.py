@@ -45,8 +45,7 @@ async def test_openai_compatible_spec_talks_to_its_base_url(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # local servers need no key
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     server.enqueue_json(completion("hi from llama"))
-    model = from_string(f"openai-compatible:qwen2.5:7b@{server.base_url}/v1",
-                        backoff_base=0.001)
+    model = from_string(f"openai-compatible:qwen2.5:7b@{server.base_url}/v1")
     try:
         reply = await model.generate(ModelRequest([Message.user("hi")]))
         assert reply.content == "hi from llama"
@@ -60,6 +59,21 @@ async def test_openai_compatible_spec_talks_to_its_base_url(
         assert info.value.provider == "openai-compatible"
     finally:
         await model.aclose()
+
+
+async def test_retry_options_pass_through_to_the_model(server: MockServer,
+                                                      retry_delays: list[float]) -> None:
+    server.enqueue_json({"error": {"message": "busy"}}, 503, headers={"retry-after": "2"})
+    server.enqueue_json({"error": {"message": "busy"}}, 503, headers={"retry-after": "20"})
+    model = from_string(f"openai-compatible:llama3@{server.base_url}/v1", max_retries=5,
+                        backoff_base=0.25, max_backoff=10)
+    try:
+        with pytest.raises(ModelError, match=r"asked to wait 20 s .* max_backoff=10 s"):
+            await model.generate(ModelRequest([Message.user("hi")]))
+    finally:
+        await model.aclose()
+    assert retry_delays == [2]  # the first hint is waited; the second is above max_backoff
+    assert len(server.requests) == 2
 
 
 @pytest.mark.parametrize("spec", ["openai-compatible:llama3", "openai-compatible:@http://x",

@@ -2,9 +2,17 @@
 
 The adapters switch their SDK's own retries off (``max_retries=0``) so that this module is the
 only retry layer: it retries HTTP 429, 500, 502, 503, 504 and connection errors, waits
-``backoff_base * 2**n`` seconds (with a little jitter, at least ``Retry-After`` when the server
-sends one, at most ``backoff_max``) and, after the last attempt or at once for any other status,
+``backoff_base * 2**n`` seconds (with a little jitter, at least the server's retry hint when it
+sends one, at most ``max_backoff``) and, after the last attempt or at once for any other status,
 raises :class:`relaykit.errors.ModelError` naming the provider, the model and the HTTP status.
+
+The server's hint is ``retry-after-ms``, ``Retry-After`` (seconds or an HTTP date, RFC 9110) or,
+from Gemini, a ``google.rpc.RetryInfo`` error detail. A hint longer than ``max_backoff`` is not
+cut short: the call fails at once with a ``ModelError`` that says how long the server asked to
+wait. Retrying sooner than asked would almost surely fail again (a rate-limit window does not end
+early) and spend the remaining attempts; the caller, told the wait, can raise ``max_backoff``,
+switch model or try later. The OpenAI SDK, likewise, does not retry when ``Retry-After`` is
+longer than its limit (two minutes).
 
 A stream is retried only when it fails before its first chunk: once a chunk has been handed on,
 retrying would repeat it.
@@ -14,18 +22,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import inspect
 import json
-import math
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from relaykit.errors import ModelError
 from relaykit.messages import Message, MessageStream
 
 __all__ = [
+    "DEFAULT_MAX_BACKOFF",
     "RETRYABLE_STATUSES",
     "Classifier",
     "Failure",
@@ -43,13 +53,20 @@ T = TypeVar("T")
 RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt."""
 
+DEFAULT_MAX_BACKOFF = 60.0
+"""Seconds: the longest wait before a retry, unless a model is given another ``max_backoff``."""
+
+# The retry loop's only way to wait: tests replace it to record the delays instead of sleeping.
+_sleep = asyncio.sleep
+
 
 @dataclass(frozen=True, slots=True)
 class Failure:
     """A provider call failure as the retry loop sees it.
 
     ``status`` is the HTTP status, or None for a connection error (``connection=True``) or another
-    SDK error. ``retry_after`` is the server's ``Retry-After`` hint in seconds, if any.
+    SDK error. ``retry_after`` is the server's retry hint in seconds, if any (``Retry-After``,
+    ``retry-after-ms``, Gemini's ``RetryInfo``).
     """
 
     status: int | None
@@ -80,24 +97,42 @@ Classifier = Callable[[Exception], Failure | None]
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How often and how long to retry: ``max_retries`` retries after the first attempt."""
+    """How often and how long to retry.
+
+    ``max_retries`` retries follow the first attempt; retry ``n`` (0-based) waits
+    ``backoff_base * 2**n`` seconds plus up to 10 % jitter, or the server's hint if that is
+    longer, and never more than ``max_backoff``. A server hint above ``max_backoff`` is not
+    retried at all (see :meth:`Retrier.call`).
+
+    >>> policy = RetryPolicy(max_retries=5, backoff_base=1.0, max_backoff=4.0)
+    >>> policy.delay(10)
+    4.0
+    >>> policy.exceeds(30.0)
+    True
+    """
 
     max_retries: int = 3
     backoff_base: float = 0.5
-    backoff_max: float = 30.0
+    max_backoff: float = DEFAULT_MAX_BACKOFF
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.backoff_base < 0 or self.backoff_max < 0:
-            raise ValueError("backoff_base and backoff_max must be >= 0")
+        if not self.backoff_base >= 0 or not self.max_backoff >= 0:  # NaN fails too
+            raise ValueError(f"backoff_base and max_backoff must be >= 0, got "
+                             f"{self.backoff_base} and {self.max_backoff}")
+
+    def exceeds(self, retry_after: float | None) -> bool:
+        """True when the server's hint asks for a longer wait than ``max_backoff``."""
+        return retry_after is not None and retry_after > self.max_backoff
 
     def delay(self, retry: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based)."""
-        wait = self.backoff_base * (2.0**retry) * (1.0 + 0.1 * random.random())
-        if retry_after is not None and math.isfinite(retry_after) and retry_after > 0:
+        """Seconds to wait before retry number ``retry`` (0-based): at most ``max_backoff``."""
+        # The exponent is bounded so that a long retry budget cannot overflow the float.
+        wait = self.backoff_base * (2.0 ** min(retry, 64)) * (1.0 + 0.1 * random.random())
+        if retry_after is not None and retry_after > 0:
             wait = max(wait, retry_after)
-        return min(wait, self.backoff_max)
+        return min(wait, self.max_backoff)
 
 
 class Retrier:
@@ -110,8 +145,8 @@ class Retrier:
         self.policy = policy
         self.classify = classify
 
-    def error(self, failure: Failure, attempts: int) -> ModelError:
-        """The ModelError reporting ``failure`` after ``attempts`` attempts."""
+    def error(self, failure: Failure, attempts: int, note: str = "") -> ModelError:
+        """The ModelError reporting ``failure`` after ``attempts`` attempts (``note`` appended)."""
         where = f"model {self.model!r}"
         if failure.status is not None:
             head = f"{self.provider}: HTTP {failure.status} from {where}"
@@ -121,7 +156,7 @@ class Retrier:
             head = f"{self.provider}: error from {where}"
         if attempts > 1:
             head += f" (gave up after {attempts} attempts)"
-        return ModelError(f"{head}: {failure.detail}", provider=self.provider,
+        return ModelError(f"{head}: {failure.detail}{note}", provider=self.provider,
                           status=failure.status)
 
     async def _backoff_or_raise(self, exc: Exception, retry: int) -> None:
@@ -131,10 +166,20 @@ class Retrier:
             raise exc
         if not failure.retryable or retry >= self.policy.max_retries:
             raise self.error(failure, retry + 1) from exc
-        await asyncio.sleep(self.policy.delay(retry, failure.retry_after))
+        if self.policy.exceeds(failure.retry_after):
+            # Retrying before the server's time would fail again: report the wait instead.
+            note = (f" (the server asked to wait {failure.retry_after:g} s before retrying, more "
+                    f"than max_backoff={self.policy.max_backoff:g} s: not retried; pass a larger "
+                    "max_backoff to wait that long)")
+            raise self.error(failure, retry + 1, note) from exc
+        await _sleep(self.policy.delay(retry, failure.retry_after))
 
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Await ``fn()``, retrying retryable failures."""
+        """Await ``fn()``, retrying retryable failures.
+
+        Before each retry it waits :meth:`RetryPolicy.delay`. A failure whose server hint is
+        longer than ``max_backoff`` raises ``ModelError`` at once, naming the wait asked for.
+        """
         retry = 0
         while True:
             try:
@@ -184,7 +229,16 @@ async def _aclose(iterator: AsyncIterator[Message]) -> None:
 
 
 def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """The ``retry-after-ms`` / ``retry-after`` (seconds) header value, if present and valid."""
+    """The server's wait, in seconds, from ``retry-after-ms`` or ``Retry-After``; None if absent.
+
+    ``Retry-After`` is seconds or an HTTP date (RFC 9110); a date in the past means 0. A number
+    too large for a float counts as an endless wait (``inf``), which no ``max_backoff`` allows.
+
+    >>> retry_after_seconds({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})
+    0.0
+    >>> retry_after_seconds({"retry-after-ms": "1500", "retry-after": "2"})
+    1.5
+    """
     if headers is None:
         return None
     for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
@@ -195,9 +249,22 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
             seconds = float(value) / divisor
         except ValueError:
             continue
-        if math.isfinite(seconds) and seconds >= 0:
+        if seconds >= 0:  # NaN and negative values are no hint
             return seconds
-    return None
+    return _http_date_seconds(headers.get("retry-after"))
+
+
+def _http_date_seconds(value: str | None) -> float | None:
+    """Seconds from now until the HTTP date ``value`` (0 for a past date); None if not a date."""
+    if value is None:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, with no claim about the sender's zone
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 _TRANSPORT_ERROR_NAMES = frozenset({"TransportError", "TimeoutException", "NetworkError"})
@@ -257,12 +324,11 @@ class ProviderModel:
     provider: str
     _retrier: Retrier
 
-    def _setup(self, provider: str, model: str, max_retries: int, backoff_base: float,
+    def _setup(self, provider: str, model: str, policy: RetryPolicy,
                classify: Classifier) -> None:
         self.model = model
         self.provider = provider
-        self._retrier = Retrier(provider, model, RetryPolicy(max_retries, backoff_base),
-                                classify)
+        self._retrier = Retrier(provider, model, policy, classify)
 
     @property
     def name(self) -> str:

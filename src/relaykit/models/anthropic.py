@@ -19,8 +19,10 @@ from anthropic.types import MessageDeltaUsage, RawMessageStreamEvent, Usage
 from relaykit.errors import ConfigurationError, ModelError
 from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._retry import (
+    DEFAULT_MAX_BACKOFF,
     Failure,
     ProviderModel,
+    RetryPolicy,
     arguments_object,
     error_detail,
     is_transport_error,
@@ -50,7 +52,9 @@ class AnthropicModel(ProviderModel):
     work); ``base_url`` to ``ANTHROPIC_BASE_URL`` or api.anthropic.com. ``client`` is an existing
     ``AsyncAnthropic`` (its own retries are switched off). ``max_tokens`` is sent with every
     request (the API requires it). Failures are retried by relaykit (``max_retries`` retries,
-    exponential backoff from ``backoff_base`` seconds) and reported as ``ModelError``.
+    exponential backoff from ``backoff_base`` seconds, at least the server's ``Retry-After``, at
+    most ``max_backoff`` seconds; a server asking for a longer wait than ``max_backoff`` fails at
+    once, its wait named) and reported as ``ModelError``.
     ``default_options`` go with every request; ``ModelRequest.options`` override them, and options
     the SDK does not name (``temperature`` in recent SDKs...) are sent in the request body.
     """
@@ -58,11 +62,13 @@ class AnthropicModel(ProviderModel):
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
                  client: AsyncAnthropic | None = None, max_retries: int = 3,
                  timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
+                 max_backoff: float = DEFAULT_MAX_BACKOFF,
                  max_tokens: int = DEFAULT_MAX_TOKENS, **default_options: Any) -> None:
         if not model:
             raise ConfigurationError("anthropic: a model name is needed, e.g. "
                                      "AnthropicModel('claude-sonnet-4-5')")
-        self._setup("anthropic", model, max_retries, backoff_base, _classify)
+        self._setup("anthropic", model,
+                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
         self.max_tokens = max_tokens
         self.default_options = default_options
         if client is not None:

@@ -9,6 +9,10 @@ results are sent as ``function_response`` parts named after the tool (``Message.
 the name of the call they answer). Gemini's thought signatures, which it needs back with the
 function calls of thinking models, are kept in ``Message.metadata["gemini_thought_signatures"]``
 (call id -> base64 text).
+
+A stream abandoned before its end is closed, but google-genai keeps the HTTP response in a
+reference cycle and offers no handle to close it, so its connection is released only when
+Python's cyclic garbage collector frees it (googleapis/python-genai#2425).
 """
 
 from __future__ import annotations
@@ -27,10 +31,13 @@ from google.genai import types
 from relaykit.errors import ConfigurationError
 from relaykit.messages import Message, ToolCall
 from relaykit.models._retry import (
+    DEFAULT_MAX_BACKOFF,
     Failure,
     ProviderModel,
+    RetryPolicy,
     arguments_object,
     is_transport_error,
+    retry_after_seconds,
 )
 from relaykit.models.base import ModelRequest, ToolSpec, usage_metadata
 
@@ -44,6 +51,8 @@ SIGNATURES_KEY = "gemini_thought_signatures"
 _SYNTHETIC_ID = re.compile(r"call_\d+")
 _OPTION_ALIASES = {"max_tokens": "max_output_tokens", "stop": "stop_sequences"}
 _NO_SDK_RETRIES = types.HttpRetryOptions(attempts=1)
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)s")  # protobuf JSON Duration, e.g. "17s", "1.5s"
 
 
 class GeminiModel(ProviderModel):
@@ -51,8 +60,10 @@ class GeminiModel(ProviderModel):
 
     ``api_key`` defaults to ``GEMINI_API_KEY`` then ``GOOGLE_API_KEY``; ``base_url`` overrides
     the endpoint. ``client`` is an existing ``genai.Client``. Failures are retried by relaykit
-    (``max_retries`` retries, exponential backoff from ``backoff_base`` seconds; the SDK's own
-    retries are off) and reported as ``ModelError``. ``default_options`` are
+    (``max_retries`` retries, exponential backoff from ``backoff_base`` seconds, at least the
+    ``retryDelay`` of the error's ``RetryInfo``, at most ``max_backoff`` seconds; a server asking
+    for a longer wait than ``max_backoff`` fails at once, its wait named; the SDK's own retries
+    are off) and reported as ``ModelError``. ``default_options`` are
     ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``; ``max_tokens`` is
     accepted as an alias); ``ModelRequest.options`` override them; other keys are sent in the
     request body as they are.
@@ -61,11 +72,13 @@ class GeminiModel(ProviderModel):
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
                  client: genai.Client | None = None, max_retries: int = 3,
                  timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
+                 max_backoff: float = DEFAULT_MAX_BACKOFF,
                  **default_options: Any) -> None:
         if not model:
             raise ConfigurationError("gemini: a model name is needed, e.g. "
                                      "GeminiModel('gemini-2.5-flash')")
-        self._setup("gemini", model, max_retries, backoff_base, _classify)
+        self._setup("gemini", model,
+                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
         self.default_options = default_options
         if client is None:
             api_key = (api_key or os.environ.get("GEMINI_API_KEY")
@@ -146,10 +159,35 @@ def _classify(exc: Exception) -> Failure | None:
     if isinstance(exc, genai_errors.APIError):
         detail = exc.message or str(exc)
         if isinstance(exc.code, int) and exc.code >= 400:
-            return Failure.http(exc.code, detail)
+            # The SDK keeps the whole error body in ``details``; Gemini puts its hint there, not
+            # in a header, but a proxy in front of it may send ``Retry-After``.
+            retry_after = retry_info_seconds(exc.details)
+            if retry_after is None:
+                retry_after = retry_after_seconds(getattr(exc.response, "headers", None))
+            return Failure.http(exc.code, detail, retry_after)
         return Failure.other(detail)
     if is_transport_error(exc):
         return Failure.connection_error(str(exc) or type(exc).__name__)
+    return None
+
+
+def retry_info_seconds(body: object) -> float | None:
+    """The ``retryDelay`` of the ``google.rpc.RetryInfo`` in an error body, in seconds.
+
+    A 429 ``RESOURCE_EXHAUSTED`` (or 503) from Gemini says how long to wait this way. None when
+    the body has no RetryInfo or its delay is not a Duration string.
+
+    >>> retry_info_seconds({"error": {"code": 429, "details": [
+    ...     {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "17s"}]}})
+    17.0
+    """
+    error = body.get("error", body) if isinstance(body, Mapping) else None
+    details = error.get("details") if isinstance(error, Mapping) else None
+    for item in details if isinstance(details, list) else []:
+        if isinstance(item, Mapping) and item.get("@type") == _RETRY_INFO:
+            delay = item.get("retryDelay")
+            match = _DURATION.fullmatch(delay.strip()) if isinstance(delay, str) else None
+            return float(match[1]) if match else None
     return None
 
 

@@ -19,8 +19,10 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from relaykit.errors import ConfigurationError, ModelError
 from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._retry import (
+    DEFAULT_MAX_BACKOFF,
     Failure,
     ProviderModel,
+    RetryPolicy,
     error_detail,
     is_transport_error,
     retry_after_seconds,
@@ -46,7 +48,9 @@ class OpenAIModel(ProviderModel):
     ``base_url`` and no key a placeholder key is sent (local servers usually ignore it).
     ``client`` is an existing ``AsyncOpenAI`` (its own retries are switched off).
     Failures are retried by relaykit (``max_retries`` retries, exponential backoff from
-    ``backoff_base`` seconds) and reported as ``ModelError``. ``default_options`` (``temperature``,
+    ``backoff_base`` seconds, at least the server's ``Retry-After``, at most ``max_backoff``
+    seconds; a server asking for a longer wait than ``max_backoff`` fails at once, its wait
+    named) and reported as ``ModelError``. ``default_options`` (``temperature``,
     ``max_tokens``...) go with every request; ``ModelRequest.options`` override them, and options
     the SDK does not name are sent in the request body as they are.
 
@@ -58,11 +62,13 @@ class OpenAIModel(ProviderModel):
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
                  client: AsyncOpenAI | None = None, max_retries: int = 3,
                  timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
+                 max_backoff: float = DEFAULT_MAX_BACKOFF,
                  provider_name: str = "openai", **default_options: Any) -> None:
         if not model:
             raise ConfigurationError(f"{provider_name}: a model name is needed, e.g. "
                                      "OpenAIModel('gpt-4o-mini')")
-        self._setup(provider_name, model, max_retries, backoff_base, _classify)
+        self._setup(provider_name, model,
+                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
         self.default_options = default_options
         if client is not None:
             self.client = client.with_options(max_retries=0)

@@ -65,6 +65,10 @@ def load_model_class(provider: str) -> type[Any]:
 def from_string(spec: str, **kwargs: Any) -> ChatModel:
     """A chat model from a spec string; ``kwargs`` go to the model class.
 
+    So every constructor option works here too: ``api_key``, ``base_url``, ``timeout``, the
+    retry settings ``max_retries``, ``backoff_base`` and ``max_backoff``, and request defaults
+    such as ``temperature``.
+
     ``"openai:gpt-4o-mini"``, ``"anthropic:<model>"``, ``"gemini:<model>"`` or
     ``"openai-compatible:<model>@<base_url>"`` (vLLM, Ollama, llama.cpp...).
 
