@@ -7,21 +7,17 @@ through that URL and dropped afterwards, so tests never see each other's tables.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from relaykit.checkpoints import InMemoryCheckpointStore
-from relaykit.checkpoints.database import DatabaseCheckpointStore
+from tests.checkpoints.support import StoreCase, database_case, memory_case
 
 POSTGRES_URL = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
 NO_POSTGRES = ("PostgreSQL not configured: set RELAYKIT_TEST_POSTGRES_URL "
@@ -31,9 +27,6 @@ NO_POSTGRES = ("PostgreSQL not configured: set RELAYKIT_TEST_POSTGRES_URL "
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 #: Every store kind.
 STORES = ["memory", *DATABASES]
-
-#: A claim lease short enough to run out within a test.
-SHORT_TTL = 0.05
 
 
 @pytest.fixture
@@ -66,75 +59,6 @@ def database_url(request: pytest.FixtureRequest) -> str:
     return url
 
 
-async def fetch(url: str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
-    """Rows of ``sql`` run on ``url`` through a connection of its own (not the store's)."""
-    engine = create_async_engine(url, poolclass=NullPool)
-    try:
-        async with engine.begin() as conn:
-            result = await conn.execute(sa.text(sql), params)
-            return [tuple(row) for row in result] if result.returns_rows else []
-    finally:
-        await engine.dispose()
-
-
-async def table_names(url: str) -> set[str]:
-    """The tables in the database's default schema."""
-    engine = create_async_engine(url, poolclass=NullPool)
-    try:
-        async with engine.connect() as conn:
-            return set(await conn.run_sync(lambda sync: sa.inspect(sync).get_table_names()))
-    finally:
-        await engine.dispose()
-
-
-class FakeClock:
-    """A clock the in-memory store's claims expire by; tests move it forward."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class StoreCase:
-    """A store under test, with what the tests need to know about its backend."""
-
-    kind: str
-    store: Any
-    #: Lets claims taken with ``SHORT_TTL`` expire.
-    expire_claims: Callable[[], Awaitable[None]]
-    #: What is stored: checkpoint id -> (document, claim owner or None).
-    rows: Callable[[], Awaitable[dict[str, tuple[bytes, str | None]]]]
-
-
-def _memory_case() -> StoreCase:
-    clock = FakeClock()
-    store = InMemoryCheckpointStore(clock=clock)
-
-    async def expire_claims() -> None:
-        clock.now += 1.0
-
-    async def rows() -> dict[str, tuple[bytes, str | None]]:
-        return {checkpoint_id: (data, store._claims.get(checkpoint_id, (None, 0.0))[0])
-                for checkpoint_id, data in store._data.items()}
-
-    return StoreCase("memory", store, expire_claims, rows)
-
-
-def _database_case(kind: str, url: str) -> StoreCase:
-    async def expire_claims() -> None:
-        await asyncio.sleep(SHORT_TTL * 4)
-
-    async def rows() -> dict[str, tuple[bytes, str | None]]:
-        found = await fetch(
-            url, "SELECT checkpoint_id, data, claim_owner FROM relaykit_checkpoints")
-        return {checkpoint_id: (bytes(data), owner) for checkpoint_id, data, owner in found}
-
-    return StoreCase(kind, DatabaseCheckpointStore(url), expire_claims, rows)
-
-
 @pytest.fixture(params=STORES)
 def store_kind(request: pytest.FixtureRequest) -> tuple[str, str | None]:
     """Each kind of store, with a fresh database URL for the database ones."""
@@ -148,6 +72,6 @@ def store_kind(request: pytest.FixtureRequest) -> tuple[str, str | None]:
 async def case(store_kind: tuple[str, str | None]) -> AsyncIterator[StoreCase]:
     """Each kind of store, empty and opened."""
     kind, url = store_kind
-    made = _memory_case() if url is None else _database_case(kind, url)
+    made = memory_case() if url is None else database_case(kind, url)
     async with made.store:
         yield made

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 import traceback
 import uuid
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ import relaykit as rk
 from relaykit import AgentEvent, Message
 from relaykit.checkpoints.database import DatabaseCheckpointStore
 from relaykit.errors import CheckpointStoreError, ConfigurationError
-from tests.checkpoints.conftest import fetch, table_names
+from tests.checkpoints.support import fetch, table_names
 
 SQL_WORDS = ("SELECT", "INSERT", "UPDATE", "DELETE", "relaykit_checkpoints", "[parameters")
 
@@ -110,7 +111,20 @@ async def test_a_store_that_is_down_raises_store_errors_naming_operation_and_id(
             assert_safe_store_error(caught.value, marker, str(tmp_path))
     finally:
         await store.aclose()
+        await aiosqlite_threads_finished()
     assert "ConnectionRefusedError" in str(caught.value) or "SQLITE_CANTOPEN" in str(caught.value)
+
+
+async def aiosqlite_threads_finished() -> None:
+    """Wait until aiosqlite's worker threads have ended.
+
+    After a failed connect aiosqlite stops its thread without waiting for it; if the test's event
+    loop closes first, the thread reports "Event loop is closed" into a later test.
+    """
+    for _ in range(1000):
+        if not any(t.name.endswith("(_connection_worker_thread)") for t in threading.enumerate()):
+            return
+        await asyncio.sleep(0.005)
 
 
 async def test_an_invalid_id_is_refused_before_the_database_is_contacted() -> None:

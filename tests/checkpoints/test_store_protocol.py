@@ -13,7 +13,7 @@ import pytest
 
 from relaykit.checkpoints import CheckpointStore
 from relaykit.errors import CheckpointBusyError, CheckpointNotFoundError, CheckpointStoreError
-from tests.checkpoints.conftest import SHORT_TTL, StoreCase
+from tests.checkpoints.support import SHORT_TTL, StoreCase
 
 TTL = 60.0
 
