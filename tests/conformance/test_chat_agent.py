@@ -375,12 +375,12 @@ async def test_tool_results_are_fed_back_as_tool_messages_with_matching_ids() ->
     a, am = agent("A", [model_calls, say("the end")], tools=[echo, add])
     events = await run(a, "go")
 
-    assert await summarize(events) == [
-        ("A", ["A"], "assistant", "working call:echo,add", None),
-        ("A", ["A"], "tool", "echo: one", None),
-        ("A", ["A"], "tool", "5", None),
-        ("A", ["A"], "assistant", "the end", None),
-    ]
+    summary = await summarize(events)
+    # Tool events come in completion order: both are sync tools, run in worker threads.
+    assert summary[0] == ("A", ["A"], "assistant", "working call:echo,add", None)
+    assert sorted(summary[1:3]) == [("A", ["A"], "tool", "5", None),
+                                    ("A", ["A"], "tool", "echo: one", None)]
+    assert summary[3] == ("A", ["A"], "assistant", "the end", None)
     assert len(am.requests) == 2
     assert [tool_names(r) for r in am.requests] == [["echo", "add"], ["echo", "add"]]
     assert am.requests[0].tools == [echo.spec, add.spec]
@@ -1001,7 +1001,8 @@ async def test_two_interrupting_tools_are_answered_one_at_a_time_with_stable_ids
     assert ctx_a.id != ctx_b.id
     assert ctx_a.parent is not None and ctx_b.parent is not None
     assert ctx_a.parent.id == ctx_b.parent.id
-    assert approvals.items() == [("a", False), ("b", False)]
+    # The two sync calls ran concurrently (worker threads): either may have been first.
+    assert sorted(approvals.items()) == [("a", False), ("b", False)]
 
     second = await collect(rk.Runner(a, checkpoint_store=store).resume(
         "cp", targets={ctx_a.id: "ok-a"}))
@@ -1011,7 +1012,7 @@ async def test_two_interrupting_tools_are_answered_one_at_a_time_with_stable_ids
     assert pending.address == ctx_b.address and pending.info == {"approve": "b"}
     assert pending.parent is not None and pending.parent.id == ctx_a.parent.id
     # b was not called again (the framework keeps it pending); a ran once more.
-    assert approvals.items() == [("a", False), ("b", False), ("a", True)]
+    assert approvals.items()[2:] == [("a", True)]
     assert len(am.requests) == 1
 
     third = await collect(rk.Runner(a, checkpoint_store=store).resume(

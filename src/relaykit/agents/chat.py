@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relaykit._aio import closing
+from pydantic_core import to_jsonable_python
+
+from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     TRANSFER_TOOL,
@@ -19,7 +22,13 @@ from relaykit.agents._prompts import (
 )
 from relaykit.codec import register_type
 from relaykit.context import RunContext
-from relaykit.errors import ConfigurationError, MaxIterationsError, ToolError
+from relaykit.errors import (
+    ConfigurationError,
+    MaxIterationsError,
+    RelayKitError,
+    SerializationError,
+    ToolError,
+)
 from relaykit.events import AgentAction, AgentEvent, AgentOutput, TransferToAgentAction
 from relaykit.interrupts import (
     AddressSegment,
@@ -28,12 +37,23 @@ from relaykit.interrupts import (
     composite_interrupt,
     stateful_interrupt,
 )
-from relaykit.messages import Message, ToolCall
+from relaykit.messages import Message, MessageStream, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec
-from relaykit.tools.base import Tool, ToolContext
+from relaykit.tools.base import RESERVED_TOOL_NAMES, Tool, ToolContext, is_builtin_tool
 from relaykit.tools.function import ToolInterrupt
 
-__all__ = ["ChatModelAgent", "ChatModelAgentState", "PendingToolCall", "ToolCallResult"]
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "ChatModelAgent",
+    "ChatModelAgentState",
+    "PendingToolCall",
+    "ToolCallResult",
+]
+
+MAX_ARGUMENT_DEPTH = 64
+"""How deeply a model may nest the JSON arguments of a tool call: the arguments object itself is
+level 1. Deeper arguments go back to the model as ``error: ...`` (D15) instead of reaching the
+tool (or exhausting the interpreter's recursion limit while they are parsed)."""
 
 
 @register_type("relaykit.ToolCallResult")
@@ -104,22 +124,190 @@ class _Prepared:
     return_directly: frozenset[str]
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "model_dump"):
-        return value.model_dump(mode="json")
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if isinstance(value, (set, frozenset, tuple)):
-        return list(value)
-    return str(value)
-
-
 def _tool_message(call: ToolCall, content: str) -> Message:
     return Message("tool", content, [], call.id, call.name)
 
 
+def _error_result(call: ToolCall, text: str) -> ToolCallResult:
+    """A bad call answered with ``error: <text>`` for the model to correct (D15)."""
+    return ToolCallResult(_tool_message(call, f"error: {text}"), None, True)
+
+
+# -- tool-call ids (D24) -----------------------------------------------------------------------
+def _with_unique_call_ids(reply: Message) -> Message:
+    """``reply`` with every empty or repeated tool-call id replaced by ``<id or "call">_<n>``
+    (``n``: the call's index in the reply); the first occurrence of an id keeps it.
+
+    Some OpenAI-compatible servers send empty or duplicate ids; results are paired with their
+    calls by id, so they must be unique. ``reply`` itself is returned when they already are
+    (one set pass: the common case costs next to nothing), else a copy: the provider's message
+    and chunks are left as they were.
+    """
+    calls = reply.tool_calls
+    seen: set[str] = set()
+    for call in calls:
+        if not call.id or call.id in seen:
+            break
+        seen.add(call.id)
+    else:
+        return reply
+    taken = {call.id for call in calls}  # a new id must not take a later call's own id
+    seen.clear()
+    unique: list[ToolCall] = []
+    for n, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            call_id = f"{call.id or 'call'}_{n}"
+            while call_id in taken or call_id in seen:
+                call_id = f"{call_id}_{n}"
+            call = ToolCall(call_id, call.name, call.arguments, call.index)
+        seen.add(call_id)
+        unique.append(call)
+    return dataclasses.replace(reply, tool_calls=unique)
+
+
+class _ReplyStream(MessageStream):
+    """A model's streamed reply as the agent yields it (D24): iterating it gives the provider's
+    chunks as they arrive (ids as the provider sent them); the collected message -- what the
+    run history, the agent and the next model call use -- has unique tool-call ids.
+
+    It shares the model stream's buffer instead of re-reading it, so the chunks cost nothing
+    extra; whoever collects it (the run history, the agent, the caller, before or after the
+    others) gets the same message.
+    """
+
+    __slots__ = ("_reply",)
+
+    def __init__(self, stream: MessageStream) -> None:
+        # Sharing ``_source`` (private to messages.py) is deliberate: a pass-through iterator
+        # would buffer every chunk twice and take a second lock per chunk.
+        self._source = stream._source
+        self._reply: Message | None = None
+
+    async def collect(self) -> Message:
+        """The concatenated reply with unique tool-call ids (cached)."""
+        reply = self._reply
+        if reply is None:
+            reply = self._reply = _with_unique_call_ids(await super().collect())
+        return reply
+
+    @property
+    def chunks(self) -> list[Message]:
+        """The buffered chunks; once ids were rewritten, the collected reply as one chunk.
+
+        Checkpoints and sessions store a stream as the concatenation of its ``chunks``: this
+        way they store the ids the history and the model saw, not the provider's."""
+        reply = self._reply
+        if reply is not None and self._source.message is not reply:
+            return [reply]
+        return list(self._source.chunks)
+
+
+# -- tool-call arguments and results -----------------------------------------------------------
+def _parse_arguments(call: ToolCall) -> dict[str, Any] | ToolCallResult:
+    """The call's JSON arguments as a dict, or the ``error: ...`` result for the model (D15)."""
+    text = call.arguments
+    if not text or text.isspace():
+        return {}
+    try:
+        arguments = json.loads(text)
+    except RecursionError:  # deeper than the interpreter can parse
+        return _error_result(call, _too_deep(call))
+    except ValueError as exc:
+        return _error_result(call, f"arguments of tool '{call.name}' are not valid JSON: {exc}")
+    if not isinstance(arguments, dict):
+        return _error_result(call, f"arguments of tool '{call.name}' must be a JSON object")
+    # Nesting cannot exceed the number of opening brackets: usual arguments are never walked.
+    if (text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH
+            and _deeper_than(arguments, MAX_ARGUMENT_DEPTH)):
+        return _error_result(call, _too_deep(call))
+    return arguments
+
+
+def _too_deep(call: ToolCall) -> str:
+    return (f"arguments of tool '{call.name}' are nested deeper than {MAX_ARGUMENT_DEPTH} "
+            "levels")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether parsed JSON ``value`` nests objects/arrays more than ``limit`` levels deep
+    (iterative: the value may be as deep as the parser allowed)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
+    return False
+
+
+def _result_text(call: ToolCall, result: Any) -> str:
+    """A tool's return value as the tool message's content: a ``str`` as is, anything else as
+    JSON. A value that cannot be JSON is the tool failing (``SerializationError``): the model
+    must never receive invalid JSON, nor a silent ``str()`` of an unknown object."""
+    if isinstance(result, str):
+        return result
+    try:
+        value = to_jsonable_python(result, bytes_mode="base64", fallback=_not_jsonable)
+    except _NotJSONable as exc:
+        what = f"an object of type {type(exc.value).__qualname__}"
+    except (ValueError, RecursionError) as exc:  # pydantic refuses cycles and extreme depth
+        what = str(exc) or type(exc).__name__
+    else:
+        try:
+            return json.dumps(value, allow_nan=False, ensure_ascii=False)
+        except (ValueError, TypeError, RecursionError) as exc:  # NaN and infinities, mostly
+            what = _non_finite(value) or str(exc) or type(exc).__name__
+    raise SerializationError(f"tool '{call.name}' returned a value that cannot be sent to the "
+                             f"model as JSON: {what}")
+
+
+class _NotJSONable(Exception):
+    def __init__(self, value: Any) -> None:
+        super().__init__(type(value).__qualname__)
+        self.value = value
+
+
+def _not_jsonable(value: Any) -> Any:
+    """pydantic's fallback for a value it does not know: refuse it (never ``str()`` it)."""
+    raise _NotJSONable(value)
+
+
+def _non_finite(value: Any) -> str | None:
+    """``float NaN`` / ``float infinity`` for the first non-finite float in a JSON-able
+    ``value``, else None."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            if math.isnan(item):
+                return "float NaN"
+            return "float infinity" if item > 0 else "float -infinity"
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _name_tool(exc: BaseException, call: ToolCall) -> None:
+    """Note on a tool's exception which call raised it (the event's error stays ``exc``)."""
+    note = f"raised by tool '{call.name}' (tool call {call.id!r})"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+
+
 class ChatModelAgent:
     """An LLM agent: calls its model, runs the tools it asks for, until it answers.
+
+    The calls of one model reply run concurrently, each paired with its result by a tool-call
+    id that the agent makes unique first (D24). A bad call (unknown tool, arguments that are
+    not a JSON object or nest deeper than ``MAX_ARGUMENT_DEPTH``, ``ToolError``) goes back to
+    the model as ``error: ...`` (D15); a tool that raises, ends with another
+    ``BaseException`` or returns a value that cannot be JSON ends the agent with an error
+    event, and the other calls still running are cancelled and awaited. The tool names
+    ``transfer_to_agent``, ``exit`` and ``exit_loop`` are reserved for the built-in tools.
 
     >>> agent = ChatModelAgent("helper", "answers questions", instruction="Be brief.",
     ...                        model=ScriptedModel([Message.assistant("Hi!")]))  # doctest: +SKIP
@@ -148,6 +336,15 @@ class ChatModelAgent:
         if duplicates:
             raise ConfigurationError(f"ChatModelAgent {name!r}: duplicate tool names "
                                      f"{sorted(duplicates)}")
+        for t in self.tools:
+            # D24: the agent adds its built-ins by name; a user tool of that name would be
+            # silently replaced (or would shadow the built-in) -- refuse it instead.
+            if t.spec.name in RESERVED_TOOL_NAMES and not is_builtin_tool(t):
+                raise ConfigurationError(
+                    f"ChatModelAgent {name!r}: tool {t.spec.name!r} ({t!r}) uses a name "
+                    f"reserved for relaykit's built-in tools "
+                    f"({', '.join(sorted(RESERVED_TOOL_NAMES))}); rename the tool (for the "
+                    "built-in exit tool, pass exit_tool=True)")
         self._prepared: dict[tuple[tuple[str, str], ...], _Prepared] = {}
 
     def __repr__(self) -> str:
@@ -224,8 +421,10 @@ class ChatModelAgent:
                 remaining -= 1
                 # The live list: a model must copy what it keeps beyond the call.
                 request = ModelRequest(messages, prepared.specs)
+                # D24: the reply recorded (history, next model call) and executed has unique
+                # tool-call ids; a streamed reply's chunks stay the provider's.
                 if streaming:
-                    stream = model.stream(request)
+                    stream = _ReplyStream(model.stream(request))
                     try:
                         yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
                         reply = await stream.collect()
@@ -234,6 +433,8 @@ class ChatModelAgent:
                             await stream.aclose()
                 else:
                     reply = await model.generate(request)
+                    if reply.tool_calls:
+                        reply = _with_unique_call_ids(reply)
                     yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
                 messages.append(reply)
                 if not reply.tool_calls:
@@ -286,7 +487,11 @@ class ChatModelAgent:
     async def _batch(self, ctx: RunContext, prepared: _Prepared, state: ChatModelAgentState,
                      todo: list[tuple[ToolCall, ResumeInfo | None]]
                      ) -> AsyncIterator[AgentEvent]:
-        """Run the calls of one batch (concurrently); yield each result as it finishes."""
+        """Run the calls of one batch (concurrently); yield each result as it finishes.
+
+        A failing call ends the batch with its error; the calls still running are cancelled
+        and awaited (also when the agent itself is cancelled or closed) -- no task outlives it.
+        """
         rd = state.return_directly_call
         history = state.messages[:-1]
         if len(todo) == 1:
@@ -304,6 +509,11 @@ class ChatModelAgent:
                 done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 for task in [t for t in tasks if t in done]:
                     call = tasks[task]
+                    if task.cancelled():
+                        # Only this batch cancels its tasks, and not before it ends: the tool
+                        # cancelled its own task. That ends the tool, not the whole run.
+                        raise RelayKitError(f"tool '{call.name}' ended with CancelledError "
+                                            "(its task was cancelled)")
                     ev = self._settle(state, call, task.result())
                     if ev is not None and call.id != rd:
                         yield ev
@@ -329,18 +539,12 @@ class ChatModelAgent:
         tool = prepared.tools.get(call.name)
         if tool is None:
             available = ", ".join(sorted(prepared.tools)) or "none"
-            return ToolCallResult(_tool_message(call, f"error: unknown tool '{call.name}'; "
-                                                      f"available tools: {available}"),
-                                  None, True)
-        try:
-            arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-        except ValueError as exc:
-            return ToolCallResult(_tool_message(
-                call, f"error: arguments of tool '{call.name}' are not valid JSON: {exc}"),
-                None, True)
-        if not isinstance(arguments, dict):
-            return ToolCallResult(_tool_message(
-                call, f"error: arguments of tool '{call.name}' must be a JSON object"), None, True)
+            return _error_result(call, f"unknown tool '{call.name}'; "
+                                       f"available tools: {available}")
+        # Parsed here for every kind of tool (function, agent, MCP, custom): D15 applies to all.
+        arguments = _parse_arguments(call)
+        if isinstance(arguments, ToolCallResult):
+            return arguments
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
         tctx = ToolContext(run_ctx, call.name, call.id)
         if resume is not None:
@@ -365,9 +569,17 @@ class ChatModelAgent:
                   if ti.sub_interrupts else stateful_interrupt(run_ctx, ti.info, ti.state))
             assert ev.action is not None and ev.action.signal is not None
             return PendingToolCall(ti.info, ti.state, ev.action.signal)
-        content = result if isinstance(result, str) else json.dumps(
-            result, default=_json_default, ensure_ascii=False)
-        return ToolCallResult(_tool_message(call, content), tctx.action)
+        except Exception as exc:  # the tool failed: the agent's error event (D9, FA-13)
+            _name_tool(exc, call)
+            raise
+        except BaseException as exc:
+            # D24/D9: a CancelledError the tool caught from something else, a GeneratorExit it
+            # raised, ... end the tool (an error event naming it), never the run by escaping
+            # raw. Cancellation from outside, KeyboardInterrupt and SystemExit propagate.
+            if must_propagate(exc):
+                raise
+            raise ended_with(exc, f"tool '{call.name}'") from exc
+        return ToolCallResult(_tool_message(call, _result_text(call, result)), tctx.action)
 
     def _reinterrupt(self, ctx: RunContext, call: ToolCall,
                      pending: PendingToolCall) -> InterruptSignal:
@@ -377,8 +589,10 @@ class ChatModelAgent:
         return ev.action.signal
 
     def _interrupt_event(self, ctx: RunContext, state: ChatModelAgentState) -> AgentEvent:
-        subs = [p.signal for p in state.pending.values() if p.signal is not None]
-        info = {"agent": self.name, "interrupted_tool_calls": list(state.pending)}
+        # In call order, not completion order: the interrupt does not depend on timing.
+        ids = [call.id for call in state.calls if call.id in state.pending]
+        subs = [s for s in (state.pending[i].signal for i in ids) if s is not None]
+        info = {"agent": self.name, "interrupted_tool_calls": ids}
         return composite_interrupt(ctx, info, state, *subs)
 
 

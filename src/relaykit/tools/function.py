@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from collections.abc import Callable
@@ -74,7 +75,17 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 class FunctionTool:
-    """A tool made from a function by ``@tool``; arguments are validated by pydantic."""
+    """A tool made from a function by ``@tool``; arguments are validated by pydantic.
+
+    An ``async`` function is awaited on the event loop. A plain (sync) function runs in a worker
+    thread (``asyncio.to_thread``, which copies the context variables), so that a blocking call
+    stalls neither the other tool calls of the batch nor any other run. A sync tool that is
+    cancelled (its run was) cannot be stopped: its thread runs to the end, its result is dropped.
+
+    >>> add = FunctionTool(lambda a, b: a + b, name="add")
+    >>> add.spec.parameters["required"]
+    ['a', 'b']
+    """
 
     def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
                  description: str | None = None, long_running: bool = False) -> None:
@@ -112,7 +123,10 @@ class FunctionTool:
         return f"FunctionTool({self.name!r})"
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
-        """Validate ``arguments`` and call the function (a bad argument is a ToolError)."""
+        """Validate ``arguments`` and call the function (a bad argument is a ToolError).
+
+        Validation happens on the event loop; a sync function then runs in a worker thread.
+        """
         try:
             parsed = self._model.model_validate(arguments)
         except ValidationError as exc:
@@ -125,11 +139,37 @@ class FunctionTool:
             kwargs[self._context_param] = ctx
         if self.is_async:
             return await self.fn(**kwargs)
-        return self.fn(**kwargs)
+        result = await asyncio.to_thread(_run_sync, self.fn, kwargs)
+        if type(result) is _Ended:
+            raise result.exc
+        return result
 
     # Calling the decorated object still calls the function.
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
+
+
+class _Ended:
+    """A sync function's ``GeneratorExit``, carried out of its worker thread as a value."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: GeneratorExit) -> None:
+        self.exc = exc
+
+
+def _run_sync(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Call ``fn`` in the worker thread.
+
+    asyncio hands a future's exception to the awaiting task by *throwing* it into the task's
+    coroutine, and a ``GeneratorExit`` thrown into a coroutine closes every coroutine it awaits
+    instead of travelling through them: the agent could not tell the tool ended. So it comes
+    back as a value and is raised again, as an ordinary raise, by ``FunctionTool.call``.
+    """
+    try:
+        return fn(**kwargs)
+    except GeneratorExit as exc:
+        return _Ended(exc)
 
 
 @overload
@@ -145,7 +185,8 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
          description: str | None = None,
          long_running: bool = False) -> FunctionTool | Callable[[Callable[..., Any]],
                                                                 FunctionTool]:
-    """Turn a typed function (sync or async) into a tool.
+    """Turn a typed function (sync or async) into a tool; a sync function runs in a worker
+    thread when the tool is called (see :class:`FunctionTool`).
 
     >>> @tool
     ... def get_weather(city: str) -> str:
