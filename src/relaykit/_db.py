@@ -92,7 +92,7 @@ def create_store_engine(url: str, *, owner: str) -> AsyncEngine:
         raise ConfigurationError(
             f"{owner}: cannot use a {scheme!r} URL: relaykit needs an asyncio driver, "
             f"e.g. {_URL_EXAMPLES}") from None
-    configure_engine(engine)
+    _configure_engine(engine)
     return engine
 
 
@@ -110,11 +110,11 @@ def check_engine(engine: object, *, owner: str) -> AsyncEngine:
         raise ConfigurationError(
             f"{owner}: {engine.dialect.name!r} databases are not supported; "
             f"use {_URL_EXAMPLES}")
-    configure_engine(engine)
+    _configure_engine(engine)
     return engine
 
 
-def configure_engine(engine: AsyncEngine) -> None:
+def _configure_engine(engine: AsyncEngine) -> None:
     """Apply relaykit's per-connection settings to ``engine`` (idempotent)."""
     if engine.dialect.name == "sqlite" and not event.contains(
             engine.sync_engine, "connect", _configure_sqlite_connection):
