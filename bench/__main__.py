@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 RESULTS = pathlib.Path(__file__).parent / "results"
-SUITES = {"core": "bench.core", "turns": "bench.turns"}
+SUITES = {"core": "bench.core", "turns": "bench.turns", "burst": "bench.burst"}
 
 
 def main() -> None:
