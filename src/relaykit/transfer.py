@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from relaykit._aio import closing
+from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
-from relaykit.flow import FlowAgent, ended_abnormally
+from relaykit.flow import FlowAgent, _thrown_into_us, ended_abnormally
 from relaykit.interrupts import ResumeInfo, composite_interrupt
 
 __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
@@ -63,8 +63,13 @@ class _DeterministicTransfer:
                 async for ev in gen:
                     last = ev
                     yield ev
-        except Exception as exc:
-            yield AgentEvent(error=exc)
+        except BaseException as exc:
+            # D24: the inner agent ending with CancelledError, GeneratorExit... is its error
+            # event (ended_with never hands on a bare BaseException); cancellation from outside
+            # and the GeneratorExit of our own generator being closed propagate.
+            if must_propagate(exc) or _thrown_into_us(exc):
+                raise
+            yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return
         if not await ended_abnormally(last):
             for ev in _transfer_events(self.to_agent_names):
@@ -88,8 +93,10 @@ class _DeterministicTransfer:
                     if a is not None and a.signal is not None:
                         continue  # becomes the composite interrupt below
                     yield ev
-        except Exception as exc:
-            yield AgentEvent(error=exc)
+        except BaseException as exc:
+            if must_propagate(exc) or _thrown_into_us(exc):  # D24, as in _forward
+                raise
+            yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return
         if last is not None and last.action is not None and last.action.signal is not None:
             state = DeterministicTransferState([r.event for r in isolated.events])

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from relaykit._aio import closing
+from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
@@ -113,17 +113,29 @@ class AgentTool:
 
     async def _consume(self, inner: RunContext, gen: AsyncIterator[AgentEvent]) -> Any:
         last: AgentEvent | None = None
-        async with closing(gen):
-            async for ev in gen:
-                if ev.error is not None:
-                    raise ev.error
-                last = ev
-                action = ev.action
-                if action is not None and action.signal is not None:
-                    cp = build_checkpoint(inner, action.signal, action.interrupted,
-                                          action.flow_pending)
-                    raise ToolInterrupt("agent tool interrupt", AgentToolState(cp),
-                                        sub_interrupts=(action.signal,))
+        what = f"agent tool '{self.agent.name}'"
+        try:
+            async with closing(gen):
+                async for ev in gen:
+                    if ev.error is not None:
+                        # An error event may carry a BaseException: never re-raise a bare
+                        # CancelledError or GeneratorExit into the calling agent (D24).
+                        raise ended_with(ev.error, what)
+                    last = ev
+                    action = ev.action
+                    if action is not None and action.signal is not None:
+                        cp = build_checkpoint(inner, action.signal, action.interrupted,
+                                              action.flow_pending)
+                        raise ToolInterrupt("agent tool interrupt", AgentToolState(cp),
+                                            sub_interrupts=(action.signal,))
+        except Exception:
+            raise  # errors and interrupts as they are
+        except BaseException as exc:
+            # D24: the inner run ending with CancelledError (not ours), GeneratorExit... is
+            # this tool's error; cancellation from outside propagates.
+            if must_propagate(exc):
+                raise
+            raise ended_with(exc, what) from exc
         if last is None:
             raise ToolError(f"agent tool '{self.agent.name}' returned no event")
         message = await last.output.get_message() if last.output is not None else None

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relaykit._aio import closing
+from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError
 from relaykit.events import AgentEvent
-from relaykit.flow import FlowAgent, as_flow_agent
+from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
 from relaykit.interrupts import ResumeInfo, composite_interrupt
 
 __all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "SequentialAgent",
@@ -66,9 +66,7 @@ class _Workflow:
             **options: Any) -> AsyncIterator[AgentEvent]:
         if self.mode == "parallel":
             return self._parallel(ctx, None, options)
-        if self.mode == "loop":
-            return self._sequence(ctx, 0, 0, None, options)
-        return self._sequence(ctx, 0, 0, None, options)
+        return self._sequence(ctx, 0, 0, None, options)  # sequential or loop
 
     def resume(self, ctx: RunContext, info: ResumeInfo,
                **options: Any) -> AsyncIterator[AgentEvent]:
@@ -93,30 +91,40 @@ class _Workflow:
         while subs and (not loop or self.max_iterations <= 0 or iteration < self.max_iterations):
             while index < len(subs):
                 sub = subs[index]
-                if resume is not None:
-                    gen, resume = sub.resume(ctx, resume, **options), None
-                else:
-                    gen = sub.run(ctx, None, **options)
                 last: AgentEvent | None = None
                 broke = False
-                async with closing(gen):
-                    async for ev in gen:
-                        if ev.error is not None:
+                try:
+                    if resume is not None:
+                        gen, resume = sub.resume(ctx, resume, **options), None
+                    else:
+                        gen = sub.run(ctx, None, **options)
+                    async with closing(gen):
+                        async for ev in gen:
+                            if ev.error is not None:
+                                yield ev
+                                return  # D17: an error stops the workflow
+                            last = ev
+                            action = ev.action
+                            if action is None:
+                                yield ev
+                                continue
+                            if action.signal is not None:
+                                continue  # becomes this workflow's composite interrupt
+                            brk = action.break_loop
+                            if loop and brk is not None and not brk.done:
+                                brk.done = True
+                                brk.current_iterations = iteration
+                                broke = True
                             yield ev
-                            return  # D17: an error stops the workflow
-                        last = ev
-                        action = ev.action
-                        if action is None:
-                            yield ev
-                            continue
-                        if action.signal is not None:
-                            continue  # becomes this workflow's composite interrupt
-                        brk = action.break_loop
-                        if loop and brk is not None and not brk.done:
-                            brk.done = True
-                            brk.current_iterations = iteration
-                            broke = True
-                        yield ev
+                except BaseException as exc:
+                    # D24: a sub-agent ending with CancelledError, GeneratorExit or another
+                    # exception is its error event, which stops the workflow (D17); outside
+                    # cancellation and our own generator being closed propagate.
+                    if must_propagate(exc) or _thrown_into_us(exc):
+                        raise
+                    yield AgentEvent(sub.name, ctx.run_path,
+                                     error=ended_with(exc, f"agent '{sub.name}'"))
+                    return
                 if last is not None and last.action is not None:
                     if last.action.signal is not None:
                         state: Any = (LoopState(iteration, index) if loop
@@ -151,25 +159,34 @@ class _Workflow:
             to_resume = set(state.interrupted)
             for sub, lane in zip(subs, lanes, strict=True):
                 lane.events.extend(RecordedEvent(e) for e in state.lane_events.get(sub.name, []))
+        # Unbounded: a branch never waits to put an event (or its end marker), so a branch is
+        # only ever suspended inside its own sub-agent, where cancelling it reaches.
         queue: asyncio.Queue[tuple[int, AgentEvent | None]] = asyncio.Queue()
+        # Branches that ended with a BaseException (D24), first one first: it stops them all.
+        failed: list[tuple[int, BaseException]] = []
 
         async def branch(i: int, sub: FlowAgent) -> None:
             lane_ctx = ctx.derive(history=lanes[i])
-            if resume is not None:
-                if sub.name not in to_resume:
-                    await queue.put((i, None))
-                    return
-                assert info is not None
-                gen = sub.resume(lane_ctx, info, **options)
-            else:
-                gen = sub.run(lane_ctx, None, **options)
             try:
-                async with closing(gen):
-                    async for ev in gen:
-                        await queue.put((i, ev))
-            except Exception as exc:
-                await queue.put((i, AgentEvent(sub.name, lane_ctx.run_path, error=exc)))
-            await queue.put((i, None))
+                if resume is not None:
+                    if sub.name not in to_resume:
+                        return
+                    assert info is not None
+                    gen = sub.resume(lane_ctx, info, **options)
+                else:
+                    gen = sub.run(lane_ctx, None, **options)
+                try:
+                    async with closing(gen):
+                        async for ev in gen:
+                            queue.put_nowait((i, ev))
+                except Exception as exc:  # this branch ends; its siblings run on
+                    queue.put_nowait((i, AgentEvent(sub.name, lane_ctx.run_path, error=exc)))
+            except BaseException as exc:
+                failed.append((i, exc))
+                if must_propagate(exc):  # this task cancelled, KeyboardInterrupt, SystemExit
+                    raise
+            finally:
+                queue.put_nowait((i, None))  # always: the consumer counts the branches' ends
 
         tasks = [asyncio.ensure_future(branch(i, sub)) for i, sub in enumerate(subs)]
         interrupts: dict[int, AgentEvent] = {}
@@ -178,6 +195,8 @@ class _Workflow:
             while running:
                 i, ev = await queue.get()
                 if ev is None:
+                    if failed and failed[0][0] == i:
+                        break  # D24: after that branch's events, stop every branch
                     running -= 1
                     continue
                 if _signal_of(ev) is not None:
@@ -187,9 +206,18 @@ class _Workflow:
                     continue  # a lane's events after its interrupt are dropped
                 yield ev
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Also when the consumer stops early or is cancelled: no branch outlives us.
+            await _cancel_and_wait(tasks)
+        if failed:
+            i, exc = failed[0]
+            if must_propagate(exc):
+                raise exc
+            # The siblings were cancelled: there is nothing consistent to resume, so the run
+            # ends with this error (no composite interrupt, no joined history).
+            name = subs[i].name
+            yield AgentEvent(name, ctx.run_path,
+                             error=ended_with(exc, f"parallel branch '{name}'"))
+            return
         if interrupts:
             state = ParallelState({sub.name: [r.event for r in lane.events]
                                    for sub, lane in zip(subs, lanes, strict=True)},
@@ -199,6 +227,26 @@ class _Workflow:
             return
         joined = sorted((r for lane in lanes for r in lane.events), key=lambda r: r.seq)
         ctx.history.events.extend(joined)
+
+
+async def _cancel_and_wait(tasks: Sequence[asyncio.Future[None]]) -> None:
+    """Cancel ``tasks`` and wait until every one has ended, even when we are cancelled
+    meanwhile (D24: a branch never outlives its parallel workflow); then re-raise that
+    cancellation. Like ``asyncio.TaskGroup`` on exit, without its wrapping of errors."""
+    for task in tasks:
+        task.cancel()
+    pending = {task for task in tasks if not task.done()}
+    cancelled: asyncio.CancelledError | None = None
+    while pending:
+        try:
+            _, pending = await asyncio.wait(pending)
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()  # retrieved: the consumer re-raises what must propagate
+    if cancelled is not None:
+        raise cancelled
 
 
 async def _error(exc: Exception) -> AsyncIterator[AgentEvent]:
@@ -239,6 +287,13 @@ class SequentialAgent(_WorkflowAgent):
 
 class ParallelAgent(_WorkflowAgent):
     """Runs its sub-agents concurrently, each in its own history lane.
+
+    A branch whose sub-agent fails with an ordinary exception yields that error event and
+    ends; its siblings run on (their events and interrupts are still delivered). A branch
+    that ends with ``CancelledError``, ``GeneratorExit`` or another ``BaseException`` (D24)
+    stops the whole workflow: every sibling is cancelled and awaited, then one error event
+    ``parallel branch '<name>' ended with ...`` ends the run. Cancelling or closing the
+    consumer cancels and awaits every branch too; no task is left behind.
 
     >>> fan_out = ParallelAgent("research", [web, docs])  # doctest: +SKIP
     """
