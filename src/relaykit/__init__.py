@@ -48,7 +48,7 @@ from relaykit.interrupts import (
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
 from relaykit.runner import Runner, RunResult
-from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, tool
+from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, exit_loop, tool
 from relaykit.transfer import with_deterministic_transfer
 
 if TYPE_CHECKING:
@@ -112,6 +112,7 @@ __all__ = [
     "as_flow_agent",
     "composite_interrupt",
     "errors",
+    "exit_loop",
     "interrupt",
     "models",
     "register_type",

@@ -52,12 +52,18 @@ def transfer_text(*targets: tuple[str, str]) -> str:
     )
 
 
-TRANSFER_PARAMETERS = {
-    "type": "object",
-    "properties": {"agent_name": {"type": "string",
-                                  "description": "the name of the agent to transfer to"}},
-    "required": ["agent_name"],
-}
+def transfer_parameters(*targets: str) -> dict[str, Any]:
+    """The §7.4 parameters of ``transfer_to_agent``, with ``targets`` as the ``enum`` (D22)."""
+    return {
+        "type": "object",
+        "properties": {"agent_name": {"type": "string",
+                                      "description": "the name of the agent to transfer to",
+                                      "enum": list(targets)}},
+        "required": ["agent_name"],
+    }
+
+
+
 EXIT_PARAMETERS = {
     "type": "object",
     "properties": {"final_result": {"type": "string",
@@ -91,7 +97,7 @@ async def test_tr01_agent_with_children_gets_transfer_tool_and_exact_instruction
     [spec] = request.tools
     assert spec.name == "transfer_to_agent"
     assert spec.description == "Transfer the question to another agent."
-    assert spec.parameters == TRANSFER_PARAMETERS
+    assert spec.parameters == transfer_parameters("B", "C")
     assert request.messages[0].role == "system"
     assert request.messages[0].content == "You are the router.\n\n" + transfer_text(
         ("B", "billing questions"), ("C", "technical support"))
@@ -266,16 +272,20 @@ async def test_tr02_two_transfer_calls_in_one_message_chain() -> None:
     assert contents(cm.requests[0])[-1] == ("user", "For context: [B] said: B here.")
 
 
-async def test_tr02_transfer_to_unknown_agent_is_an_error_event() -> None:
-    """FA-06 through an LLM agent: the name is not validated by the tool but by the flow."""
-    a, am = agent("A", [calls(transfer_call("ghost"))])
-    b, _ = agent("B", [])
+async def test_tr02_transfer_to_unknown_agent_goes_back_to_the_model() -> None:
+    """D22: a transfer naming no valid target is answered ``error: cannot transfer to ...``,
+    sets no transfer action and does not return directly: the model is called again (tests
+    in test_transfer_tool.py go further)."""
+    a, am = agent("A", [calls(transfer_call("ghost")), say("I will answer myself")])
+    b, bm = agent("B", [])
     events = await run(rk.set_sub_agents(a, [b]), "hi")
-    assert (await summarize(events))[-1] == (
-        "A", ["A"], "error",
-        "ConfigurationError: transfer failed: agent 'ghost' not found when transferring "
-        "from 'A'", None)
-    assert len(am.requests) == 1
+    assert errors(events) == []
+    assert await summarize(events) == [
+        ("A", ["A"], "assistant", "call:transfer_to_agent", None),
+        ("A", ["A"], "tool", "error: cannot transfer to 'ghost'; valid agents: B", None),
+        ("A", ["A"], "assistant", "I will answer myself", None),
+    ]
+    assert len(am.requests) == 2 and bm.requests == []
 
 
 async def test_tr02_transfer_with_bad_arguments_does_not_return_directly() -> None:

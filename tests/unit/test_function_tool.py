@@ -1,5 +1,6 @@
-"""Unit tests: ``@rk.tool`` — schema from the signature and a Google-style docstring, sync and
-async functions, ``ToolContext`` injection, argument validation (D15)."""
+"""Unit tests: ``@rk.tool`` — schema from the signature and a Google-style docstring (the other
+styles: test_tool_docstrings.py), sync and async functions, ``ToolContext`` injection, argument
+validation (D15)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_name_and_description_from_function() -> None:
     ``Args:`` (sections such as Returns/Raises are left out)."""
     spec = get_weather.spec
     assert isinstance(spec, rk.ToolSpec)
-    assert spec.name == "get_weather"
+    assert spec.name == get_weather.name == "get_weather"
     assert spec.description == "Get the weather forecast.\n\nUses the national service."
 
 
@@ -77,7 +78,7 @@ def test_decorator_with_explicit_name_and_description() -> None:
         """Ignored docstring."""
         return query
 
-    assert find.spec.name == "lookup"
+    assert find.spec.name == find.name == "lookup"
     assert find.spec.description == "Look a thing up."
     assert find.spec.parameters["required"] == ["query"]
 

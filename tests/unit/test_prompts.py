@@ -44,15 +44,17 @@ def test_transfer_instruction_keeps_target_order_and_braces_verbatim() -> None:
                            "  Agent description: \n\nDecision rule:\n")
 
 
-def test_transfer_tool_spec() -> None:
-    """§7.4: name, description and one required string parameter ``agent_name``."""
-    spec = prompts.TRANSFER_TOOL
+def test_transfer_tool_spec_lists_the_targets_as_an_enum() -> None:
+    """§7.4 and D22: name, description and one required string parameter ``agent_name`` whose
+    ``enum`` is the given targets, in order."""
+    spec = prompts.transfer_tool_spec(["billing", "root"])
     assert spec.name == "transfer_to_agent"
     assert spec.description == "Transfer the question to another agent."
     assert spec.parameters["type"] == "object"
     assert spec.parameters["required"] == ["agent_name"]
     assert spec.parameters["properties"] == {
-        "agent_name": {"type": "string", "description": "the name of the agent to transfer to"}}
+        "agent_name": {"type": "string", "description": "the name of the agent to transfer to",
+                       "enum": ["billing", "root"]}}
 
 
 def test_exit_tool_spec() -> None:
@@ -82,19 +84,31 @@ def test_exit_tool_spec() -> None:
         ("opt=[{present?}]", {"present": "yes"}, "opt=[yes]"),
         ("scoped opt=[{user:nick?}]", {}, "scoped opt=[]"),
         ("literal {{key}}", {"key": "v"}, "literal {key}"),
-        ("literal {{ and }}", {}, "literal { and }"),
-        ("wrapped {{{key}}}", {"key": "v"}, "wrapped {v}"),
+        ("literal {{key?}} and {{user:key}}", {}, "literal {key?} and {user:key}"),
+        ("{{key}} and {key}", {"key": "v"}, "{key} and v"),
+        ("doubled {{ and }} stay", {}, "doubled {{ and }} stay"),
+        ("{{ not a placeholder }}", {}, "{{ not a placeholder }}"),
+        # Leftmost first: ``{{key}}`` is the escape, the outer braces stay as they are.
+        ("wrapped {{{key}}}", {"key": "v"}, "wrapped {{key}}"),
         ('JSON {"a": 1, "b": [1, 2]}', {}, 'JSON {"a": 1, "b": [1, 2]}'),
         ('JSON {"a": 1} with {k}', {"k": "v"}, 'JSON {"a": 1} with v'),
-        ("escaped JSON {{\"a\": 1}}", {}, 'escaped JSON {"a": 1}'),
+        ('nested JSON {"a": {"b": 1}}', {}, 'nested JSON {"a": {"b": 1}}'),
+        ('{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}', {},
+         '{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}'),
+        ('{"user": {"name": "{name}"}}', {"name": "Ana"}, '{"user": {"name": "Ana"}}'),
+        ('doubled JSON {{"a": 1}}', {}, 'doubled JSON {{"a": 1}}'),
         ("stray { brace and } brace", {}, "stray { brace and } brace"),
+        ("a lone {", {}, "a lone {"),
+        ("a lone }", {}, "a lone }"),
+        ("} before {", {}, "} before {"),
         ("not an identifier {1abc} {a-b} { key }", {}, "not an identifier {1abc} {a-b} { key }"),
         ("unknown scope {foo:bar}", {}, "unknown scope {foo:bar}"),
         ("{_under_score9}", {"_under_score9": "ok"}, "ok"),
     ],
 )
 def test_fill_instruction(template: str, values: dict[str, Any], expected: str) -> None:
-    """D16: ``{key}``, scoped keys, ``{key?}``, ``{{``/``}}``, other braces left alone."""
+    """D16: ``{key}``, scoped keys, ``{key?}``, ``{{key}}`` as the literal ``{key}``; every
+    other brace left exactly as it is (JSON examples, nested objects included)."""
     assert fill(template, values, "agent") == expected
 
 

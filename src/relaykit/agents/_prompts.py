@@ -6,18 +6,30 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from relaykit.events import TRANSFER_TOOL_NAME
 from relaykit.models.base import ToolSpec
 
-__all__ = ["EXIT_TOOL", "TRANSFER_TOOL", "fill_instruction", "transfer_instruction"]
+__all__ = ["EXIT_TOOL", "fill_instruction", "transfer_instruction", "transfer_tool_spec"]
 
-TRANSFER_TOOL = ToolSpec(
-    "transfer_to_agent",
-    "Transfer the question to another agent.",
-    {"type": "object",
-     "properties": {"agent_name": {"type": "string",
-                                   "description": "the name of the agent to transfer to"}},
-     "required": ["agent_name"]},
-)
+
+def transfer_tool_spec(agent_names: Sequence[str]) -> ToolSpec:
+    """The ``transfer_to_agent`` spec (§7.4) whose ``agent_name`` may only be one of
+    ``agent_names`` (a JSON-schema ``enum``, D22): a model that honours the schema cannot name
+    an agent that does not exist.
+
+    >>> transfer_tool_spec(["billing", "root"]).parameters["properties"]["agent_name"]["enum"]
+    ['billing', 'root']
+    """
+    return ToolSpec(
+        TRANSFER_TOOL_NAME,
+        "Transfer the question to another agent.",
+        {"type": "object",
+         "properties": {"agent_name": {"type": "string",
+                                       "description": "the name of the agent to transfer to",
+                                       "enum": list(agent_names)}},
+         "required": ["agent_name"]},
+    )
+
 
 EXIT_TOOL = ToolSpec(
     "exit",
@@ -47,8 +59,9 @@ def transfer_instruction(targets: Sequence[tuple[str, str]]) -> str:
     return _TRANSFER_TEMPLATE.format(agents=listing)
 
 
-_PLACEHOLDER = re.compile(
-    r"\{\{|\}\}|\{((?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_]*)(\?)?\}")
+_KEY = r"(?:app:|user:|temp:)?[A-Za-z_][A-Za-z0-9_]*"
+# Leftmost match wins: ``{{key}}`` is an escape, never ``{`` + placeholder + ``}``.
+_PLACEHOLDER = re.compile(rf"\{{\{{({_KEY}\??)\}}\}}|\{{({_KEY})(\?)?\}}")
 
 
 class MissingPlaceholderError(KeyError):
@@ -56,20 +69,25 @@ class MissingPlaceholderError(KeyError):
 
 
 def fill_instruction(template: str, values: Mapping[str, Any], agent_name: str) -> str:
-    """D16: ``{key}`` → str(value); ``{key?}`` → "" when missing; ``{{``/``}}`` → braces."""
-    if "{" not in template and "}" not in template:
+    """D16: ``{key}`` → ``str(value)``; ``{key?}`` → ``""`` when missing; ``{{key}}`` → the
+    literal ``{key}``. Every other brace stays exactly as written, so a JSON example (nested
+    objects ending in ``}}`` included) reaches the model unchanged.
+
+    >>> fill_instruction('Hi {name}. Reply as {"a": {"b": 1}}; {{name}} is literal.',
+    ...                  {"name": "Ana"}, "greeter")
+    'Hi Ana. Reply as {"a": {"b": 1}}; {name} is literal.'
+    """
+    if "{" not in template:
         return template
 
     def repl(m: re.Match[str]) -> str:
-        text = m.group(0)
-        if text == "{{":
-            return "{"
-        if text == "}}":
-            return "}"
-        key = m.group(1)
+        escaped = m.group(1)
+        if escaped is not None:
+            return f"{{{escaped}}}"
+        key = m.group(2)
         if key in values:
             return str(values[key])
-        if m.group(2):
+        if m.group(3):
             return ""
         raise MissingPlaceholderError(
             f"instruction of agent {agent_name!r} uses {{{key}}} but the session has no value "

@@ -15,10 +15,10 @@ from pydantic_core import to_jsonable_python
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agents._prompts import (
     EXIT_TOOL,
-    TRANSFER_TOOL,
     MissingPlaceholderError,
     fill_instruction,
     transfer_instruction,
+    transfer_tool_spec,
 )
 from relaykit.codec import register_type
 from relaykit.context import RunContext
@@ -29,7 +29,13 @@ from relaykit.errors import (
     SerializationError,
     ToolError,
 )
-from relaykit.events import AgentAction, AgentEvent, AgentOutput, TransferToAgentAction
+from relaykit.events import (
+    TRANSFER_TOOL_NAME,
+    AgentAction,
+    AgentEvent,
+    AgentOutput,
+    TransferToAgentAction,
+)
 from relaykit.interrupts import (
     AddressSegment,
     InterruptSignal,
@@ -40,6 +46,7 @@ from relaykit.interrupts import (
 from relaykit.messages import Message, MessageStream, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec
 from relaykit.tools.base import RESERVED_TOOL_NAMES, Tool, ToolContext, is_builtin_tool
+from relaykit.tools.builtin import EXIT_LOOP_TOOL_NAME
 from relaykit.tools.function import ToolInterrupt
 
 __all__ = [
@@ -91,18 +98,31 @@ class ChatModelAgentState:
 
 
 class _TransferTool:
-    spec = TRANSFER_TOOL
+    """``transfer_to_agent`` for one set of targets (D22): the spec's ``enum`` lists them, and
+    a call naming any other agent goes back to the model as ``error: ...`` (no action set)."""
+
+    __slots__ = ("_error", "_targets", "spec")
+
+    name = TRANSFER_TOOL_NAME
+
+    def __init__(self, targets: Sequence[str]) -> None:
+        self.spec = transfer_tool_spec(targets)
+        self._targets = frozenset(targets)
+        self._error = f"valid agents: {', '.join(targets)}"
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
         name = arguments.get("agent_name")
         if not isinstance(name, str) or not name:
             raise ToolError("transfer_to_agent needs a string argument 'agent_name'")
+        if name not in self._targets:
+            raise ToolError(f"cannot transfer to '{name}'; {self._error}")
         ctx.set_action(AgentAction(transfer_to_agent=TransferToAgentAction(name)))
         return f"successfully transferred to agent [{name}]"
 
 
 class _ExitTool:
     spec = EXIT_TOOL
+    name = EXIT_TOOL.name
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
         result = arguments.get("final_result")
@@ -112,7 +132,6 @@ class _ExitTool:
         return result
 
 
-_TRANSFER = _TransferTool()
 _EXIT = _ExitTool()
 
 
@@ -307,7 +326,10 @@ class ChatModelAgent:
     the model as ``error: ...`` (D15); a tool that raises, ends with another
     ``BaseException`` or returns a value that cannot be JSON ends the agent with an error
     event, and the other calls still running are cancelled and awaited. The tool names
-    ``transfer_to_agent``, ``exit`` and ``exit_loop`` are reserved for the built-in tools.
+    ``transfer_to_agent``, ``exit`` and ``exit_loop`` are reserved for the built-in tools;
+    ``tools=[relaykit.exit_loop]`` lets the model end the ``LoopAgent`` the agent runs in.
+    A transfer must name one of the agent's targets: any other name goes back to the model
+    (D22).
 
     >>> agent = ChatModelAgent("helper", "answers questions", instruction="Be brief.",
     ...                        model=ScriptedModel([Message.assistant("Hi!")]))  # doctest: +SKIP
@@ -361,10 +383,13 @@ class ChatModelAgent:
             instruction = self.instruction
             tools: dict[str, Tool] = {t.spec.name: t for t in self.tools}
             rd = set(self.return_directly)
+            if EXIT_LOOP_TOOL_NAME in tools:  # only the built-in may carry the name
+                rd.add(EXIT_LOOP_TOOL_NAME)
             if targets:
                 instruction = f"{instruction}\n\n{transfer_instruction(targets)}"
-                tools[TRANSFER_TOOL.name] = _TRANSFER
-                rd.add(TRANSFER_TOOL.name)
+                # Built once per set of targets (this cache), never per call (D22).
+                tools[TRANSFER_TOOL_NAME] = _TransferTool([n for n, _ in targets])
+                rd.add(TRANSFER_TOOL_NAME)
             if self.exit_tool:
                 tools[EXIT_TOOL.name] = _EXIT
                 rd.add(EXIT_TOOL.name)
@@ -474,8 +499,10 @@ class ChatModelAgent:
             if rd is not None:
                 result = state.results[rd]
                 yield _result_event(result)  # held until the whole batch finished
-                if not result.is_error:  # a failed call does not return directly (D15)
-                    self._save_output(ctx, result.message.content)
+                if not result.is_error:  # a failed call does not return directly (D15, D22)
+                    # exit_loop's "exiting the loop" is a notice, not the agent's answer.
+                    if result.message.tool_name != EXIT_LOOP_TOOL_NAME:
+                        self._save_output(ctx, result.message.content)
                     return
             remaining = state.remaining_iterations
 

@@ -1,4 +1,5 @@
-"""Tools: the protocol, function tools and (with the ``mcp`` extra) MCP tools."""
+"""Tools: the protocol, function tools, the built-in ``exit_loop`` and (with the ``mcp`` extra)
+MCP tools."""
 
 from relaykit.tools.base import (
     RESERVED_TOOL_NAMES,
@@ -7,6 +8,7 @@ from relaykit.tools.base import (
     is_builtin_tool,
     register_builtin_tool,
 )
+from relaykit.tools.builtin import exit_loop
 from relaykit.tools.function import FunctionTool, ToolInterrupt, tool
 
 __all__ = [
@@ -15,6 +17,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolInterrupt",
+    "exit_loop",
     "is_builtin_tool",
     "register_builtin_tool",
     "tool",

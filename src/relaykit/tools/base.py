@@ -64,7 +64,11 @@ class ToolContext:
 
 @runtime_checkable
 class Tool(Protocol):
-    """A tool: a spec the model sees and an async ``call``.
+    """A tool: a name, a spec the model sees and an async ``call``.
+
+    ``name`` is ``spec.name``: the name the model calls the tool by. Agents read ``spec.name``
+    when they run, so a custom tool written before ``name`` existed still runs; type checkers
+    and ``isinstance(obj, Tool)`` want the ``name`` too.
 
     ``call`` receives the parsed JSON arguments (an object nested at most 64 levels deep). Its
     return value becomes the tool message content: a ``str`` as is, anything else as JSON
@@ -75,6 +79,9 @@ class Tool(Protocol):
 
     The names in :data:`RESERVED_TOOL_NAMES` belong to the built-in tools.
     """
+
+    @property
+    def name(self) -> str: ...
 
     @property
     def spec(self) -> ToolSpec: ...

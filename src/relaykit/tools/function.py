@@ -6,15 +6,18 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable
-from typing import Any, get_type_hints, overload
+from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from relaykit.errors import ToolError
 from relaykit.models.base import ToolSpec
 from relaykit.tools.base import ToolContext
 
 __all__ = ["FunctionTool", "ToolInterrupt", "tool"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class ToolInterrupt(Exception):
@@ -31,39 +34,44 @@ class ToolInterrupt(Exception):
         self.sub_interrupts = sub_interrupts
 
 
-_ARG_LINE = re.compile(r"^\s*(\w+)\s*(?:\([^)]*\))?\s*:\s*(.+)$")
+# A line that could open a section in a style griffe reads: a Google heading (``Args:``), a
+# NumPy underline (``----------``) or a Sphinx field (``:param x:``). A docstring without one is
+# plain text, and griffe (about 60 ms to import) is not needed for it.
+_SECTION_HINT = re.compile(r"^[ \t]*(?:[A-Za-z][A-Za-z ]*:|-{3,}|:[A-Za-z])", re.MULTILINE)
 
 
-def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """The description (text before ``Args:``) and per-argument descriptions."""
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The tool description -- the docstring's text, without its sections -- and the
+    description of each parameter, from a Google, NumPy or Sphinx docstring.
+
+    The style is detected by griffe's heuristics (its auto parser). Returns, Raises, Examples
+    and other sections are left out; a parameter's description lines are joined into one.
+
+    >>> _parse_docstring("Add numbers.\n\n:param a: the first\n:returns: the sum")
+    ('Add numbers.', {'a': 'the first'})
+    """
     if not doc:
         return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    desc: list[str] = []
+    text = inspect.cleandoc(doc)
+    if not _SECTION_HINT.search(text):
+        return text, {}
+    # Imported here: ``import relaykit`` stays fast, and a plain docstring never pays for it.
+    import griffe
+
+    # No warnings: a docstring that disagrees with the signature is the author's business.
+    sections = griffe.parse_auto(griffe.Docstring(text, lineno=1),
+                                 per_style_options={"google": {"warnings": False},
+                                                    "numpy": {"warnings": False},
+                                                    "sphinx": {"warnings": False}})
+    description: list[str] = []
     params: dict[str, str] = {}
-    section = "desc"
-    last: str | None = None
-    last_indent = 0
-    for line in lines:
-        head = line.strip().lower()
-        if head in ("args:", "arguments:", "parameters:"):
-            section = "args"
-            continue
-        if head in ("returns:", "raises:", "example:", "examples:"):
-            section = "other"
-            continue
-        if section == "desc":
-            desc.append(line)
-        elif section == "args" and line.strip():
-            indent = len(line) - len(line.lstrip())
-            if last is not None and indent > last_indent:  # a continuation line
-                params[last] = f"{params[last]} {line.strip()}"
-                continue
-            m = _ARG_LINE.match(line)
-            if m:
-                last, last_indent = m.group(1), indent
-                params[last] = m.group(2).strip()
-    return "\n".join(desc).strip(), params
+    for section in sections:
+        if isinstance(section, griffe.DocstringSectionText):
+            description.append(section.value.strip())
+        elif isinstance(section, griffe.DocstringSectionParameters):  # also "Other Parameters"
+            for param in section.value:
+                params.setdefault(param.name, " ".join(param.description.split()))
+    return "\n\n".join(d for d in description if d), params
 
 
 def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -74,8 +82,11 @@ def _clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-class FunctionTool:
+class FunctionTool(Generic[P, R]):
     """A tool made from a function by ``@tool``; arguments are validated by pydantic.
+
+    It is generic in the function's parameters and return type: calling the tool object calls
+    the function, and type checkers see the function's own signature.
 
     An ``async`` function is awaited on the event loop. A plain (sync) function runs in a worker
     thread (``asyncio.to_thread``, which copies the context variables), so that a blocking call
@@ -87,12 +98,12 @@ class FunctionTool:
     ['a', 'b']
     """
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None,
+    def __init__(self, fn: Callable[P, R], *, name: str | None = None,
                  description: str | None = None, long_running: bool = False) -> None:
         self.fn = fn
         self.long_running = long_running
         self.is_async = inspect.iscoroutinefunction(fn)
-        doc_desc, arg_docs = _parse_docstring(fn.__doc__ or "")
+        doc_desc, arg_docs = _parse_docstring(fn.__doc__)
         hints = get_type_hints(fn)
         sig = inspect.signature(fn)
         self._context_param: str | None = None
@@ -104,15 +115,18 @@ class FunctionTool:
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(f"tool {fn.__name__!r}: *args/**kwargs are not supported")
-            from pydantic import Field
-
             default = ... if param.default is param.empty else param.default
             fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
-        self.name = name or fn.__name__
+        name = name or fn.__name__
         self._model: type[BaseModel] = create_model(
-            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-        self._spec = ToolSpec(self.name, description if description is not None else doc_desc,
+            f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+        self._spec = ToolSpec(name, description if description is not None else doc_desc,
                               _clean_schema(self._model.model_json_schema()))
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by (``spec.name``)."""
+        return self._spec.name
 
     @property
     def spec(self) -> ToolSpec:
@@ -137,15 +151,16 @@ class FunctionTool:
         kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
         if self._context_param is not None:
             kwargs[self._context_param] = ctx
+        fn: Callable[..., Any] = self.fn  # called by keyword, from validated arguments
         if self.is_async:
-            return await self.fn(**kwargs)
-        result = await asyncio.to_thread(_run_sync, self.fn, kwargs)
+            return await fn(**kwargs)
+        result = await asyncio.to_thread(_run_sync, fn, kwargs)
         if type(result) is _Ended:
             raise result.exc
         return result
 
-    # Calling the decorated object still calls the function.
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call the function itself (no validation, no thread): ``@tool`` keeps it usable."""
         return self.fn(*args, **kwargs)
 
 
@@ -173,18 +188,18 @@ def _run_sync(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
 
 
 @overload
 def tool(*, name: str | None = None, description: str | None = None,
-         long_running: bool = False) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+         long_running: bool = False) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
-def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+def tool(fn: Callable[P, R] | None = None, /, *, name: str | None = None,
          description: str | None = None,
-         long_running: bool = False) -> FunctionTool | Callable[[Callable[..., Any]],
-                                                                FunctionTool]:
+         long_running: bool = False) -> FunctionTool[P, R] | Callable[[Callable[P, R]],
+                                                                      FunctionTool[P, R]]:
     """Turn a typed function (sync or async) into a tool; a sync function runs in a worker
     thread when the tool is called (see :class:`FunctionTool`).
 
@@ -195,7 +210,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
     >>> get_weather.spec.parameters["required"]
     ['city']
     """
-    def make(f: Callable[..., Any]) -> FunctionTool:
+    def make(f: Callable[P, R]) -> FunctionTool[P, R]:
         return FunctionTool(f, name=name, description=description, long_running=long_running)
 
     return make(fn) if fn is not None else make

@@ -282,7 +282,7 @@ class MCPTool:
     Example::
 
         async with MCPToolset.stdio(sys.executable, ["server.py"]) as toolset:
-            add = next(t for t in await toolset.list_tools() if t.spec.name == "add")
+            add = next(t for t in await toolset.list_tools() if t.name == "add")
             await add.call(ctx, {"a": 1, "b": 2})   # -> "3"
     """
 
@@ -292,6 +292,11 @@ class MCPTool:
         self._toolset = toolset
         self._mcp_name = mcp_name
         self._spec = spec
+
+    @property
+    def name(self) -> str:
+        """The name the model sees (``spec.name``: with the toolset's prefix, model-safe)."""
+        return self._spec.name
 
     @property
     def spec(self) -> ToolSpec:
@@ -314,7 +319,7 @@ class MCPTool:
         return _result_value(self._mcp_name, result)
 
     def __repr__(self) -> str:
-        return f"MCPTool({self._spec.name!r})"
+        return f"MCPTool({self.name!r})"
 
 
 def _result_value(tool_name: str, result: CallToolResult) -> Any:
