@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import datetime
+import decimal
+import enum
 import json
+import pathlib
+import uuid
+import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +58,28 @@ def round_trip(value: Any, key: bytes | None = None) -> Any:
 
 
 # -- round trips -------------------------------------------------------------------------------
+@rk.register_type("tests.codec.Color")
+class Color(enum.Enum):
+    RED = "r"
+    GREEN = "g"
+
+
+@rk.register_type("tests.codec.Perm")
+class Perm(enum.Flag):
+    READ = 1
+    WRITE = 2
+
+
+@rk.register_type("tests.codec.Level")
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Unregistered(enum.Enum):
+    ONE = 1
+
+
 @pytest.mark.parametrize("value", [
     None, True, 0, -3, 2**70, 1.5, "text ✓", [], [1, "a", None], {"a": {"b": [1]}},
     (1, (2, "x")), [(1,), ()], b"\x00\xff bytes", {1: "int key", (1, 2): "tuple key"},
@@ -61,6 +88,53 @@ def round_trip(value: Any, key: bytes | None = None) -> Any:
 def test_plain_values_round_trip(value: Any) -> None:
     got = round_trip(value)
     assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize("value", [
+    datetime.datetime(2024, 5, 1, 12, 30, 15, 123456),
+    datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC),
+    datetime.datetime(2024, 5, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=-3.5))),
+    # Offsets under a second: CPython 3.11's fromisoformat reads them as UTC.
+    datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(microseconds=1))),
+    datetime.time(tzinfo=datetime.timezone(-datetime.timedelta(microseconds=999_999))),
+    datetime.date(1999, 12, 31), datetime.time(23, 59, 59, 999999),
+    datetime.time(8, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    datetime.timedelta(days=-2, seconds=5, microseconds=7), datetime.timedelta.max,
+    uuid.UUID("12345678-1234-5678-1234-567812345678"), decimal.Decimal("-0.10"),
+    decimal.Decimal("1E+400"), decimal.Decimal("Infinity"), bytearray(b"\x00buf"),
+    frozenset({1, "a"}), frozenset(), set(), (), pathlib.Path("/tmp/a b/c.txt"),
+    pathlib.PurePosixPath("rel/x"), pathlib.PureWindowsPath(r"C:\Users\x"),
+    Color.GREEN, Perm.READ, Perm.READ | Perm.WRITE, Perm(0), Level.HIGH,
+    {Color.RED: [datetime.date(2024, 1, 1)], (Level.LOW, frozenset({2})): uuid.UUID(int=0)},
+], ids=repr)
+def test_standard_types_round_trip_exactly(value: Any) -> None:
+    got = round_trip(value)
+    assert got == value and type(got) is type(value)
+    assert str(got) == str(value)  # exact: Decimal exponent, path text, time offset
+
+
+def test_zoneinfo_datetimes_come_back_with_their_offset() -> None:
+    paris = datetime.datetime(2024, 7, 1, 9, 0, tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))
+    got = round_trip(paris)
+    assert got == paris and got.utcoffset() == datetime.timedelta(hours=2)
+    assert got.tzinfo == datetime.timezone(datetime.timedelta(hours=2))
+
+
+def test_datetime_in_a_registered_dataclass_is_saved_natively() -> None:
+    @rk.register_type("tests.codec.Meeting")
+    @dataclass
+    class Meeting:
+        at: datetime.datetime
+        length: datetime.timedelta
+
+    value = Meeting(datetime.datetime(2024, 1, 2, 3, 4), datetime.timedelta(minutes=30))
+    assert round_trip(value) == value
+
+
+def test_stored_errors_keep_their_type_name_when_saved_again() -> None:
+    first = round_trip(KeyError("k"))
+    again = round_trip(first)
+    assert isinstance(again, rk.errors.StoredError) and again.type_name == "KeyError"
 
 
 def test_message_with_blob_and_tool_calls_round_trips() -> None:
@@ -135,6 +209,28 @@ def test_unregistered_type_fails_to_save_clearly() -> None:
         codec.dumps({"x": NotRegistered(1)}, kind="test")
     with pytest.raises(SerializationError, match="object"):
         codec.encode(object())
+
+
+def test_advice_for_an_unsavable_value_is_one_that_works() -> None:
+    class Plain:
+        pass
+
+    with pytest.raises(SerializationError, match="convert it to one of the types") as caught:
+        codec.encode(Plain())
+    assert "datetime" in str(caught.value)  # the list of natively saved types
+    with pytest.raises(SerializationError, match=r"register the Enum.*register_type"):
+        codec.encode(Unregistered.ONE)
+    # Following the advice works.
+    rk.register_type("tests.codec.Unregistered")(Unregistered)
+    assert round_trip([Unregistered.ONE]) == [Unregistered.ONE]
+
+
+def test_unregistered_int_and_str_enums_are_saved_as_their_plain_value() -> None:
+    class Size(enum.IntEnum):
+        BIG = 3
+
+    got = round_trip({"size": Size.BIG})
+    assert got == {"size": 3} and type(got["size"]) is int
 
 
 @pytest.mark.parametrize(("mutate", "problem"), [
@@ -220,6 +316,33 @@ def test_register_type_rejects_other_classes_and_name_clashes() -> None:
 
     with pytest.raises(ValueError, match="already used"):
         rk.register_type("tests.codec.Leaf")(Other)
+
+
+def test_register_type_checks_excluded_fields() -> None:
+    @dataclass
+    class Job:
+        name: str
+        handle: Any = None
+
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        rk.register_type("tests.codec.Job1", exclude=["nope"])(Job)
+    with pytest.raises(TypeError, match="'name' needs a default"):
+        rk.register_type("tests.codec.Job2", exclude=["name"])(Job)
+    rk.register_type("tests.codec.Job3", exclude=["handle"])(Job)
+    assert round_trip(Job("j", handle=object())) == Job("j")
+    with pytest.raises(TypeError, match="Enum"):
+        rk.register_type("tests.codec.Color2", exclude=["RED"])(Color)
+
+
+def test_excluded_fields_of_pydantic_models_are_not_saved() -> None:
+    @rk.register_type("tests.codec.Secretive", exclude=["token"])
+    class Secretive(pydantic.BaseModel):
+        name: str
+        token: str = ""
+
+    data = codec.dumps(Secretive(name="n", token="hidden"), kind="test")
+    assert b"hidden" not in data
+    assert codec.loads(data, kind="test") == Secretive(name="n")
 
 
 # -- bugs --------------------------------------------------------------------------------------
