@@ -3,7 +3,6 @@ approved tool once; the other gets CheckpointBusyError; a completed resume consu
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -16,21 +15,12 @@ from relaykit import errors
 
 from .resume_worker import interrupt
 
-POSTGRES_URL = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'checkpoints.db'}"
-    if not POSTGRES_URL:
-        pytest.skip("PostgreSQL not configured: set RELAYKIT_TEST_POSTGRES_URL "
-                    "(postgresql+asyncpg://...) — .ci/run does")
-    return POSTGRES_URL
-
-
-async def test_two_processes_resuming_one_checkpoint_pay_once(url: str, tmp_path: Path) -> None:
+async def test_two_processes_resuming_one_checkpoint_pay_once(database_url: str,
+                                                              tmp_path: Path) -> None:
+    url = database_url
     checkpoint_id = f"race-{uuid.uuid4().hex}"
     await interrupt(url, checkpoint_id)
     folder = tmp_path / "race"

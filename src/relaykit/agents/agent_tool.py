@@ -61,6 +61,11 @@ class AgentTool:
                               input_schema if input_schema is not None else _DEFAULT_PARAMETERS)
 
     @property
+    def name(self) -> str:
+        """The tool's name: the agent's name."""
+        return self._spec.name
+
+    @property
     def spec(self) -> ToolSpec:
         """Named and described like the agent; parameters ``{"request": string}`` by default."""
         return self._spec
