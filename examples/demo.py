@@ -1,14 +1,17 @@
 """``make demo``: the support desk, offline on ScriptedModel (or ``--model openai:...``).
 
 Turn 1 asks about an order (triage → orders → back to triage). Turn 2 asks for a refund: the
-refund tool pauses for approval, the checkpoint is saved, and a fresh Runner resumes it.
+refund tool pauses for approval and the checkpoint is saved in a SQLite file; a fresh Runner on
+a fresh store object — as another process would — resumes it, which consumes the checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import relaykit as rk
 from examples.support_desk import build_desk
@@ -51,36 +54,53 @@ async def show(events: AsyncIterator[rk.AgentEvent], history: list[Message]) -> 
     return pending
 
 
-async def main(model: str | None) -> None:
-    store = rk.InMemoryCheckpointStore()  # the same store a second process would open
+async def main(model: str | None, db: str | None) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        url = db or f"sqlite+aiosqlite:///{Path(folder) / 'checkpoints.db'}"
+        await desk(model, url)
+
+
+async def desk(model: str | None, url: str) -> None:
     history: list[Message] = []
     print("relaykit support desk" + (f" on {model}" if model else " (scripted model, offline)"))
 
-    print("\nTurn 1 — user: Where is my order 1234?")
-    history.append(Message.user("Where is my order 1234?"))
-    runner = rk.Runner(build_desk(model), checkpoint_store=store)
-    await show(runner.run(history), history)
+    async with rk.DatabaseCheckpointStore(url) as store:
+        print("\nTurn 1 — user: Where is my order 1234?")
+        history.append(Message.user("Where is my order 1234?"))
+        runner = rk.Runner(build_desk(model), checkpoint_store=store)
+        await show(runner.run(history), history)
 
-    print("\nTurn 2 — user: I want a refund for order 1234, it arrived broken.")
-    history.append(Message.user("I want a refund for order 1234, it arrived broken."))
-    pending = await show(runner.run(history, checkpoint_id="refund-1234"), history)
-    if pending is None:
-        print("  (the model did not ask for approval)")
-        return
-    print(f"  checkpoint 'refund-1234' saved ({len(await store.get('refund-1234') or b'')} "
-          "bytes of JSON)")
+        print("\nTurn 2 — user: I want a refund for order 1234, it arrived broken.")
+        history.append(Message.user("I want a refund for order 1234, it arrived broken."))
+        pending = await show(runner.run(history, checkpoint_id="refund-1234"), history)
+        if pending is None:
+            print("  (the model did not ask for approval)")
+            return
+        size = len(await store.get("refund-1234") or b"")
+        print(f"  checkpoint 'refund-1234' saved in SQLite ({size} bytes of JSON)")
 
     print("\nLater, in a fresh Runner — a manager approves the refund:")
-    fresh = rk.Runner(build_desk(model), checkpoint_store=store)
-    await show(fresh.resume("refund-1234", targets={pending: {"approved": True,
-                                                               "by": "manager Ana"}}), history)
+    async with rk.DatabaseCheckpointStore(url) as store:  # what another process would open
+        fresh = rk.Runner(build_desk(model), checkpoint_store=store)
+        await show(fresh.resume("refund-1234", targets={pending: {"approved": True,
+                                                                   "by": "manager Ana"}}),
+                   history)
+        try:
+            await fresh.invoke_resume("refund-1234")
+        except rk.errors.CheckpointNotFoundError:
+            print("  a second approval finds nothing to resume: the checkpoint was consumed, "
+                  "so the refund is never paid twice")
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=None,
                         help="a provider string such as openai:gpt-4o-mini (default: scripted)")
-    asyncio.run(main(parser.parse_args().model))
+    parser.add_argument("--db", default=None,
+                        help="checkpoint database URL (default: a SQLite file in a temporary "
+                             "folder), e.g. postgresql+asyncpg://user@host/db")
+    args = parser.parse_args()
+    asyncio.run(main(args.model, args.db))
 
 
 if __name__ == "__main__":

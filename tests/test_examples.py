@@ -29,8 +29,10 @@ def test_demo_transfers_pauses_for_approval_and_resumes_in_a_fresh_runner() -> N
     resumed = lines[lines.index("Later, in a fresh Runner — a manager approves the refund:"):]
     assert resumed[1] == ("[triage > refunds] tool issue_refund returned: refund of €59.90 for "
                           "order 1234 approved by manager Ana")
-    assert resumed[-1] == "[triage > refunds > triage] says: Is there anything else I can help " \
+    assert resumed[-2] == "[triage > refunds > triage] says: Is there anything else I can help " \
                           "you with?"
+    assert resumed[-1].startswith("a second approval finds nothing to resume")
+    assert any(line.startswith("checkpoint 'refund-1234' saved in SQLite") for line in lines)
 
 
 def _run_module(module: str) -> list[str]:
