@@ -114,11 +114,26 @@ def check_engine(engine: object, *, owner: str) -> AsyncEngine:
     return engine
 
 
+#: Execution option that marks a connection's transactions as read-only on SQLite (they then
+#: begin deferred instead of taking the write lock).
+READ_ONLY = "relaykit_read_only"
+
+
 def _configure_engine(engine: AsyncEngine) -> None:
     """Apply relaykit's per-connection settings to ``engine`` (idempotent)."""
     if engine.dialect.name == "sqlite" and not event.contains(
             engine.sync_engine, "connect", _configure_sqlite_connection):
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
+        event.listen(engine.sync_engine, "begin", _begin_sqlite_transaction)
+
+
+def _begin_sqlite_transaction(conn: sa.Connection) -> None:
+    # A write transaction takes the write lock when it begins (BEGIN IMMEDIATE), waiting for
+    # it under the busy timeout. A deferred transaction would start as a reader and upgrade on
+    # its first write; in WAL mode that upgrade fails at once with SQLITE_BUSY (no waiting)
+    # when another connection committed in between — what a burst of concurrent writers does.
+    immediate = not conn.get_execution_options().get(READ_ONLY, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) -> None:
@@ -132,6 +147,8 @@ def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) 
         cursor.execute("PRAGMA journal_mode=WAL")
     finally:
         cursor.close()
+    # The driver must not open transactions by itself: relaykit begins them (see above).
+    dbapi_connection.isolation_level = None
 
 
 def database_now(dialect_name: str) -> sa.ColumnElement[float]:
@@ -162,8 +179,8 @@ async def migrate(engine: AsyncEngine) -> None:
             await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
                                      {"key": _PG_MIGRATION_LOCK_KEY})
         else:
-            # Python's sqlite3 opens no transaction before DDL by itself; take the write lock.
-            await connection.exec_driver_sql("BEGIN IMMEDIATE")
+            # Takes the write lock (BEGIN IMMEDIATE, see _begin_sqlite_transaction).
+            await connection.begin()
         await connection.run_sync(_upgrade_to_head)
         await connection.commit()
 

@@ -2,60 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
 
-from relaykit.codec import register_type
-from relaykit.messages import Message
-
-if TYPE_CHECKING:
-    from relaykit.context import RunContext
-    from relaykit.events import AgentEvent
-    from relaykit.interrupts import ResumeInfo
+from relaykit.context import RunContext
+from relaykit.events import AgentEvent, AgentInput
+from relaykit.resume import ResumeInfo
 
 __all__ = ["Agent", "AgentInput", "BaseAgent", "ResumableAgent"]
-
-
-@register_type("relaykit.AgentInput")
-@dataclass
-class AgentInput:
-    """The messages an agent is asked to respond to, and whether to stream.
-
-    The framework builds a fresh ``messages`` list for every agent run: the receiving agent
-    owns it and may modify it. A flow agent builds that list when ``messages`` is first read,
-    so an agent that decides from session values alone never pays for its history.
-    """
-
-    messages: list[Message] = field(default_factory=list)
-    enable_streaming: bool = False
-
-    @classmethod
-    def deferred(cls, build: Callable[[], list[Message]],
-                 enable_streaming: bool = False) -> AgentInput:
-        """An input whose messages ``build()`` makes on first access."""
-        new = cls.__new__(cls)
-        new.__dict__["_build"] = build
-        new.enable_streaming = enable_streaming
-        return new
-
-
-def _get_messages(self: AgentInput) -> list[Message]:
-    d = self.__dict__
-    messages: list[Message] | None = d.get("_messages")
-    if messages is None:
-        build = d.pop("_build", None)
-        messages = d["_messages"] = build() if build is not None else []
-    return messages
-
-
-def _set_messages(self: AgentInput, value: list[Message]) -> None:
-    self.__dict__["_messages"] = value
-    self.__dict__.pop("_build", None)
-
-
-# ``messages`` is a dataclass field (init, repr, eq, replace, the codec) read through a property.
-setattr(AgentInput, "messages", property(_get_messages, _set_messages))  # noqa: B010
 
 
 @runtime_checkable

@@ -6,14 +6,11 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from relaykit.events import AgentEvent, RunPath
-from relaykit.interrupts import Address, ResumeState
+from relaykit.events import AgentEvent, AgentInput, RunPath
 from relaykit.messages import Message
-
-if TYPE_CHECKING:
-    from relaykit.agent import AgentInput
+from relaykit.resume import Address, ResumeState
 
 __all__ = ["DEFAULT_MAX_TRANSFERS", "RecordedEvent", "RunContext", "RunHistory", "RunOptions"]
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from relaykit.codec import register_type
 from relaykit.messages import Message, MessageStream, ToolCall
-
-if TYPE_CHECKING:
-    from relaykit.interrupts import InterruptInfo, InterruptSignal
+from relaykit.resume import InterruptInfo
 
 __all__ = [
     "TRANSFER_TOOL_NAME",
     "AgentAction",
     "AgentEvent",
+    "AgentInput",
     "AgentOutput",
     "BreakLoopAction",
     "RunPath",
@@ -26,6 +26,47 @@ __all__ = [
 ]
 
 TRANSFER_TOOL_NAME = "transfer_to_agent"
+
+
+@register_type("relaykit.AgentInput")
+@dataclass
+class AgentInput:
+    """The messages an agent is asked to respond to, and whether to stream.
+
+    The framework builds a fresh ``messages`` list for every agent run: the receiving agent
+    owns it and may modify it. A flow agent builds that list when ``messages`` is first read,
+    so an agent that decides from session values alone never pays for its history.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    enable_streaming: bool = False
+
+    @classmethod
+    def deferred(cls, build: Callable[[], list[Message]],
+                 enable_streaming: bool = False) -> AgentInput:
+        """An input whose messages ``build()`` makes on first access."""
+        new = cls.__new__(cls)
+        new.__dict__["_build"] = build
+        new.enable_streaming = enable_streaming
+        return new
+
+
+def _get_messages(self: AgentInput) -> list[Message]:
+    d = self.__dict__
+    messages: list[Message] | None = d.get("_messages")
+    if messages is None:
+        build = d.pop("_build", None)
+        messages = d["_messages"] = build() if build is not None else []
+    return messages
+
+
+def _set_messages(self: AgentInput, value: list[Message]) -> None:
+    self.__dict__["_messages"] = value
+    self.__dict__.pop("_build", None)
+
+
+# ``messages`` is a dataclass field (init, repr, eq, replace, the codec) read through a property.
+setattr(AgentInput, "messages", property(_get_messages, _set_messages))  # noqa: B010
 
 
 @register_type("relaykit.RunStep")
@@ -60,7 +101,7 @@ class BreakLoopAction:
     current_iterations: int = 0
 
 
-@register_type("relaykit.AgentAction", exclude=("signal", "flow_pending"))
+@register_type("relaykit.AgentAction")
 @dataclass(slots=True)
 class AgentAction:
     """What an event asks the framework to do. Precedence: interrupted, exit, transfer."""
@@ -70,11 +111,6 @@ class AgentAction:
     transfer_to_agent: TransferToAgentAction | None = None
     break_loop: BreakLoopAction | None = None
     custom: Any = None
-    # The framework's interrupt signal: set only by interrupt(), stateful_interrupt() and
-    # composite_interrupt(); this is what checkpoints save and what composites detect.
-    signal: InterruptSignal | None = field(default=None, repr=False, compare=False)
-    # Transfer chains left pending by flow agents on the way up, keyed by their address (D3).
-    flow_pending: dict[Any, Any] | None = field(default=None, repr=False, compare=False)
 
 
 @register_type("relaykit.AgentOutput")

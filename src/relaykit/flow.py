@@ -18,7 +18,7 @@ from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import TRANSFER_TOOL_NAME, AgentEvent, RunStep
-from relaykit.interrupts import AddressSegment, ResumeInfo
+from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
 from relaykit.messages import Message
 
 __all__ = [
@@ -329,7 +329,7 @@ class FlowAgent:
             raise ConfigurationError(
                 f"failed to resume agent '{self.name}': agent has multiple child agents leading "
                 "to interruption, but concurrent transfer is not supported")
-        pending = state.flow_pending.pop(child.address, None)
+        pending = state.pending_chains.pop(child.address, None)
         sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
             return sub.resume(child, info, **options), pending
@@ -451,13 +451,16 @@ class FlowAgent:
 
     @staticmethod
     def _with_pending(ctx: RunContext, ev: AgentEvent, pending: Any) -> AgentEvent:
-        a = ev.action
-        if a is None or a.signal is None or not isinstance(pending, PendingChain):
+        """``ev`` with the rest of this flow agent's transfer chain saved on its interrupt (D3)."""
+        info = interrupt_of(ev)
+        if info is None or not isinstance(pending, PendingChain):
             return ev
-        merged = dict(a.flow_pending or {})
-        merged[ctx.address] = pending
-        return AgentEvent(ev.agent_name, ev.run_path, ev.output,
-                          dataclasses.replace(a, flow_pending=merged), ev.error, ev.state_delta)
+        assert ev.action is not None
+        chains = {**info.pending_chains, ctx.address: pending}
+        action = dataclasses.replace(ev.action, interrupted=dataclasses.replace(
+            info, pending_chains=chains))
+        return AgentEvent(ev.agent_name, ev.run_path, ev.output, action, ev.error,
+                          ev.state_delta)
 
     # -- history ---------------------------------------------------------------------------
     async def build_input(self, ctx: RunContext) -> AgentInput:

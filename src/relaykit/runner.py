@@ -8,21 +8,15 @@ import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from relaykit._aio import closing
 from relaykit._tree import validate_tree
 from relaykit.agent import Agent, AgentInput
 from relaykit.checkpoints.base import DEFAULT_CLAIM_TTL, CheckpointStore, validate_checkpoint_id
-from relaykit.codec import dumps, loads, materialize_streams, register_type
-from relaykit.context import (
-    DEFAULT_MAX_TRANSFERS,
-    RecordedEvent,
-    RunContext,
-    RunHistory,
-    RunOptions,
-)
+from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
+from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
     AgentRunError,
     CheckpointBusyError,
@@ -31,66 +25,18 @@ from relaykit.errors import (
     RelayKitError,
     ResumeTargetError,
     RunnerError,
-    SerializationError,
 )
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, as_flow_agent
-from relaykit.interrupts import (
-    Address,
-    InterruptContext,
-    InterruptInfo,
-    InterruptSignal,
-    ResumeInfo,
-    ResumeState,
-)
+from relaykit.interrupts import InterruptInfo, ResumeState, interrupt_of
 from relaykit.messages import Message
 
-__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "RunResult", "Runner", "SavedInterruptPoint"]
+__all__ = ["MAX_SUPPORTED_TRANSFERS", "RunResult", "Runner"]
 
-CHECKPOINT_FORMAT = "relaykit/checkpoint"
 logger = logging.getLogger("relaykit")
 #: The largest ``max_transfers`` a Runner accepts: transfers nest the target's stream inside
 #: the transferring agent's, and far more would reach Python's recursion limit.
 MAX_SUPPORTED_TRANSFERS = 250
-
-
-@register_type("relaykit.SavedInterruptPoint")
-@dataclass(slots=True)
-class SavedInterruptPoint:
-    """One node of a saved interrupt tree."""
-
-    id: str
-    address: Address
-    info: Any
-    state: Any
-    is_root_cause: bool
-    parent: str | None = None
-
-
-@register_type("relaykit.Checkpoint")
-@dataclass(slots=True)
-class Checkpoint:
-    """Everything needed to resume a run: its input, history, values and interrupt points."""
-
-    root_input: AgentInput
-    events: list[AgentEvent]
-    values: dict[str, Any]
-    enable_streaming: bool
-    interrupt_data: Any
-    points: list[SavedInterruptPoint]
-    flow_pending: list[tuple[Address, Any]] = field(default_factory=list)
-
-    def contexts(self) -> list[InterruptContext]:
-        """The root-cause contexts of the saved interrupt, linked to their ancestors."""
-        made: dict[str, InterruptContext] = {}
-        roots: list[InterruptContext] = []
-        for p in self.points:
-            ctx = InterruptContext(p.id, p.address, p.info, p.is_root_cause,
-                                   made.get(p.parent) if p.parent else None)
-            made[p.id] = ctx
-            if p.is_root_cause:
-                roots.append(ctx)
-        return roots
 
 
 class Runner:
@@ -241,7 +187,8 @@ class Runner:
         claim = _Claim(store, checkpoint_id, _claim_ttl(store))
         data = await claim.acquire()
         try:
-            cp = self._decode(checkpoint_id, data)
+            cp, interrupted = decode_checkpoint(data, key=self._signing_key,
+                                                what=f"checkpoint {checkpoint_id!r}")
             known = {p.id for p in cp.points}
             for target in targets:
                 if target not in known:
@@ -251,25 +198,16 @@ class Runner:
         except BaseException:
             await claim.release()
             raise
-        state = ResumeState({p.id: p.address for p in cp.points},
-                            {p.id: p.state for p in cp.points}, targets, dict(cp.flow_pending))
-        history = RunHistory(dict(cp.values), [RecordedEvent(e) for e in cp.events])
+        history = cp.history()
         if session_values:
             history.values.update(session_values)
         ctx = RunContext(root_input=cp.root_input, history=history,
-                         options=RunOptions(skip, self.max_transfers), resume_state=state)
-        info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data, cp.contexts()))
-        async with closing(self._drive(ctx, self._root.resume(ctx, info), checkpoint_id,
-                                       claim)) as events:
+                         options=RunOptions(skip, self.max_transfers),
+                         resume_state=ResumeState.of(interrupted, targets))
+        gen = self._root.resume(ctx, cp.resume_info(interrupted))
+        async with closing(self._drive(ctx, gen, checkpoint_id, claim)) as events:
             async for ev in events:
                 yield ev
-
-    def _decode(self, checkpoint_id: str, data: bytes) -> Checkpoint:
-        cp = loads(data, kind=CHECKPOINT_FORMAT, key=self._signing_key,
-                   what=f"checkpoint {checkpoint_id!r}")
-        if not isinstance(cp, Checkpoint):
-            raise SerializationError(f"checkpoint {checkpoint_id!r} does not hold a checkpoint")
-        return cp
 
     async def _drive(self, ctx: RunContext, gen: AsyncIterator[AgentEvent],
                      checkpoint_id: str | None, claim: _Claim | None
@@ -282,8 +220,7 @@ class Runner:
             try:
                 async with closing(gen):
                     async for ev in gen:
-                        action = ev.action
-                        if action is not None and action.signal is not None:
+                        if interrupt_of(ev) is not None:
                             if interrupted:
                                 yield AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
                                     "multiple interrupt actions reached the Runner in one run; "
@@ -313,7 +250,8 @@ class Runner:
         """Save the checkpoint of an interrupted run; (an error event or None, the interrupt
         event with ``checkpoint_id`` set when saved)."""
         action = ev.action
-        assert action is not None and action.signal is not None
+        info = interrupt_of(ev)
+        assert action is not None and info is not None
         store = self.checkpoint_store
         if store is None:
             if not self._warned_unresumable:
@@ -324,9 +262,7 @@ class Runner:
             return None, ev
         cid = checkpoint_id if checkpoint_id is not None else uuid.uuid4().hex
         try:
-            cp = build_checkpoint(ctx, action.signal, action.interrupted, action.flow_pending)
-            await materialize_streams(cp)
-            data = dumps(cp, kind=CHECKPOINT_FORMAT, key=self._signing_key)
+            data = await encode_checkpoint(Checkpoint.of(ctx, info), self._signing_key)
         except Exception as exc:
             return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
                 f"failed to save checkpoint {cid!r}: {exc}")), ev
@@ -340,7 +276,6 @@ class Runner:
             except Exception as exc:
                 return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
                     f"failed to save checkpoint {cid!r}: {_describe(exc)}")), ev
-        info = action.interrupted or InterruptInfo()
         saved = dataclasses.replace(action, interrupted=dataclasses.replace(
             info, checkpoint_id=cid))
         return None, AgentEvent(ev.agent_name, ev.run_path, ev.output, saved, ev.error,
@@ -477,16 +412,3 @@ class _Claim:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def build_checkpoint(ctx: RunContext, signal: InterruptSignal, info: InterruptInfo | None,
-                     flow_pending: Mapping[Address, Any] | None) -> Checkpoint:
-    """The checkpoint of a run that ``signal`` interrupted."""
-    points = [SavedInterruptPoint(node.id, node.address, node.info, node.state,
-                                  node.is_root_cause, parent.id if parent else None)
-              for node, parent in signal.walk()]
-    root_input = ctx.root_input or AgentInput()
-    return Checkpoint(root_input, [rec.event for rec in ctx.history.events],
-                      dict(ctx.history.values), root_input.enable_streaming,
-                      info.data if info is not None else None, points,
-                      list((flow_pending or {}).items()))

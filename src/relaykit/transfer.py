@@ -12,7 +12,7 @@ from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
 from relaykit.flow import FlowAgent, _thrown_into_us, ended_abnormally
-from relaykit.interrupts import ResumeInfo, composite_interrupt
+from relaykit.interrupts import ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
 
@@ -90,7 +90,7 @@ class _DeterministicTransfer:
                     if a is None or a.interrupted is None:
                         parent.record(ev)
                     last = ev
-                    if a is not None and a.signal is not None:
+                    if interrupt_of(ev) is not None:
                         continue  # becomes the composite interrupt below
                     yield ev
         except BaseException as exc:
@@ -98,10 +98,11 @@ class _DeterministicTransfer:
                 raise
             yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return
-        if last is not None and last.action is not None and last.action.signal is not None:
+        interrupted = interrupt_of(last)
+        if interrupted is not None:
             state = DeterministicTransferState([r.event for r in isolated.events])
             yield composite_interrupt(ctx, "deterministic transfer wrapper interrupted", state,
-                                      last)
+                                      interrupted)
             return
         if not await ended_abnormally(last):
             for ev in _transfer_events(self.to_agent_names):

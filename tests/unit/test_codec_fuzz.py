@@ -36,9 +36,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import relaykit as rk
+from relaykit import _codec_registry as registry
 from relaykit import codec
+from relaykit.checkpoints.document import CHECKPOINT_FORMAT, Checkpoint, SavedInterruptPoint
 from relaykit.errors import SerializationError, StoredError, WillRetryError
-from relaykit.runner import CHECKPOINT_FORMAT, Checkpoint, SavedInterruptPoint
 
 FAST = settings(max_examples=60, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -97,11 +98,11 @@ HOSTILE_NAMES = ["os.system", "builtins.eval", "builtins.exec", "subprocess.Pope
 
 
 def registered_names() -> list[str]:
-    return sorted(codec._by_name)
+    return sorted(registry.by_name)
 
 
 def field_names() -> list[str]:
-    names = {f.name for entry in codec._by_name.values() if dataclasses.is_dataclass(entry.cls)
+    names = {f.name for entry in registry.by_name.values() if dataclasses.is_dataclass(entry.cls)
              for f in dataclasses.fields(entry.cls)}
     return sorted(names)
 
@@ -292,6 +293,9 @@ def check_load(data: Any, kind: str = CHECKPOINT_FORMAT) -> str:
     try:
         with no_side_effects():
             value = codec.loads(data, kind=kind, what="checkpoint 'fuzz'")
+            if isinstance(value, Checkpoint):
+                # What the Runner does first with a loaded checkpoint: rebuild its tree.
+                value.interrupt("checkpoint 'fuzz'")
     except SerializationError as exc:
         message = str(exc)
         # Named, and short: type and field names only, never the stored values.
@@ -301,9 +305,7 @@ def check_load(data: Any, kind: str = CHECKPOINT_FORMAT) -> str:
     assert not DECOY_CALLS
     assert_well_typed(value)
     if isinstance(value, Checkpoint):
-        # What the Runner does first with a loaded checkpoint must work.
-        value.contexts()
-        dict(value.flow_pending)
+        dict(value.pending_chains)
         {p.id: (p.address, p.state) for p in value.points}
     again = codec.dumps(value, kind=kind)
     codec.loads(again, kind=kind)
@@ -598,7 +600,7 @@ def assert_well_typed(value: Any, depth: int = 0) -> None:
     dataclass fits its annotation."""
     assert depth <= codec.MAX_DEPTH + 1
     kind = type(value)
-    assert kind in codec._by_type or isinstance(value, KNOWN_TYPES), kind
+    assert kind in registry.by_type or isinstance(value, KNOWN_TYPES), kind
     children: list[Any] = []
     if isinstance(value, dict):
         children = [*value.keys(), *value.values()]
@@ -632,11 +634,11 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 def _resolve_registered_annotations() -> None:
     # The annotations of registered classes are the application's own code: the codec evaluates
     # them once per class. Resolve them first so that what is recorded is what a document causes.
-    if _audit["generation"] != codec._generation:
-        for entry in list(codec._by_name.values()):
+    if _audit["generation"] != registry.generation:
+        for entry in list(registry.by_name.values()):
             if entry.kind == "dataclass":
-                entry.shape = codec._shape_of(entry)
-        _audit["generation"] = codec._generation
+                entry.shape = registry.shape_of(entry)
+        _audit["generation"] = registry.generation
 
 
 @contextlib.contextmanager
@@ -666,5 +668,5 @@ def test_only_registered_types_are_ever_constructed(name: str, data: Any) -> Non
     for payload in ({"__type__": name, "data": {"x": data}}, {"__enum__": name, "member": data},
                     [{"__type__": name, "data": {}}, data]):
         outcome = check_load(document(payload))
-        assert outcome.startswith("rejected") or name in codec._by_name
+        assert outcome.startswith("rejected") or name in registry.by_name
     assert not DECOY_CALLS

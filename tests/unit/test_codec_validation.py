@@ -23,7 +23,8 @@ import relaykit as rk
 from relaykit import codec
 
 if TYPE_CHECKING:
-    from relaykit.interrupts import InterruptInfo, InterruptSignal
+    from relaykit.context import RunContext
+    from relaykit.interrupts import InterruptInfo
 
 SerializationError = rk.errors.SerializationError
 SECRET = "SECRET-stored-value"  # planted in bad documents: must never reach an error message
@@ -96,7 +97,7 @@ class Hidden:
     """Annotations naming classes imported only for type checking."""
 
     info: InterruptInfo | None = None  # found among the registered classes
-    signal: InterruptSignal | None = None  # not registered anywhere: cannot be judged
+    signal: RunContext | None = None  # not registered anywhere: cannot be judged
 
 
 @rk.register_type("tests.codec_validation.Picky")

@@ -9,15 +9,15 @@ from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
+from relaykit.checkpoints.document import Checkpoint
 from relaykit.codec import register_type
-from relaykit.context import RecordedEvent, RunContext, RunHistory
+from relaykit.context import RunContext, RunHistory
 from relaykit.errors import ConfigurationError, ToolError
 from relaykit.events import AgentEvent, transfer_messages
 from relaykit.flow import FlowAgent, as_flow_agent, rewrite_message
-from relaykit.interrupts import InterruptInfo, ResumeInfo
+from relaykit.interrupts import interrupt_of
 from relaykit.messages import Message
 from relaykit.models.base import ToolSpec
-from relaykit.runner import Checkpoint, build_checkpoint
 from relaykit.tools.base import ToolContext
 from relaykit.tools.function import ToolInterrupt
 
@@ -97,14 +97,13 @@ class AgentTool:
         state = ctx.interrupt_state if ctx.was_interrupted else None
         if isinstance(state, AgentToolState):
             cp = state.checkpoint
-            history = RunHistory(outer.history.values, [RecordedEvent(e) for e in cp.events])
-            inner = RunContext(address=outer.address, history=history, root_input=cp.root_input,
-                               options=outer.options, resume_state=outer.resume_state)
+            interrupted = cp.interrupt(f"the checkpoint of agent tool '{self.agent.name}'")
+            inner = RunContext(address=outer.address, history=cp.history(outer.history.values),
+                               root_input=cp.root_input, options=outer.options,
+                               resume_state=outer.resume_state)
             if outer.resume_state is not None:
-                outer.resume_state.flow_pending.update(dict(cp.flow_pending))
-            info = ResumeInfo(cp.enable_streaming, InterruptInfo(cp.interrupt_data,
-                                                                 cp.contexts()))
-            gen = self._flow.resume(inner, info)
+                outer.resume_state.pending_chains.update(interrupted.pending_chains)
+            gen = self._flow.resume(inner, cp.resume_info(interrupted))
         elif ctx.was_interrupted:
             raise ToolError(f"agent tool '{self.agent.name}' was interrupted, but its "
                             "interrupt state is missing")
@@ -127,12 +126,11 @@ class AgentTool:
                         # CancelledError or GeneratorExit into the calling agent (D24).
                         raise ended_with(ev.error, what)
                     last = ev
-                    action = ev.action
-                    if action is not None and action.signal is not None:
-                        cp = build_checkpoint(inner, action.signal, action.interrupted,
-                                              action.flow_pending)
-                        raise ToolInterrupt("agent tool interrupt", AgentToolState(cp),
-                                            sub_interrupts=(action.signal,))
+                    interrupted = interrupt_of(ev)
+                    if interrupted is not None:
+                        raise ToolInterrupt("agent tool interrupt",
+                                            AgentToolState(Checkpoint.of(inner, interrupted)),
+                                            sub_interrupts=(interrupted,))
         except Exception:
             raise  # errors and interrupts as they are
         except BaseException as exc:

@@ -38,9 +38,10 @@ from relaykit.events import (
 )
 from relaykit.interrupts import (
     AddressSegment,
-    InterruptSignal,
+    InterruptContext,
     ResumeInfo,
     composite_interrupt,
+    interrupt_of,
     stateful_interrupt,
 )
 from relaykit.messages import Message, MessageStream, ToolCall
@@ -73,15 +74,16 @@ class ToolCallResult:
     is_error: bool = False
 
 
-@register_type("relaykit.PendingToolCall", exclude=("signal",))
+@register_type("relaykit.PendingToolCall", exclude=("point",))
 @dataclass(slots=True)
 class PendingToolCall:
     """An interrupted tool call: what it said and what it saved."""
 
     info: Any = None
     state: Any = None
-    # Its interrupt signal, until the agent's composite interrupt collects it (not saved).
-    signal: InterruptSignal | None = field(default=None, repr=False, compare=False)
+    # Its interrupt point, until the agent's composite interrupt collects it (not saved: the
+    # checkpoint saves the whole tree).
+    point: InterruptContext | None = field(default=None, repr=False, compare=False)
 
 
 @register_type("relaykit.ChatModelAgentState")
@@ -486,7 +488,7 @@ class ChatModelAgent:
                         todo.append((call, claimed))
                         del state.pending[call.id]
                     else:  # D8: not targeted: stays pending with the same id
-                        pending.signal = self._reinterrupt(ctx, call, pending)
+                        pending.point = self._reinterrupt(ctx, call, pending)
             async with closing(self._batch(ctx, prepared, state, todo)) as results:
                 async for ev in results:
                     yield ev
@@ -594,8 +596,7 @@ class ChatModelAgent:
         except ToolInterrupt as ti:
             ev = (composite_interrupt(run_ctx, ti.info, ti.state, *ti.sub_interrupts)
                   if ti.sub_interrupts else stateful_interrupt(run_ctx, ti.info, ti.state))
-            assert ev.action is not None and ev.action.signal is not None
-            return PendingToolCall(ti.info, ti.state, ev.action.signal)
+            return PendingToolCall(ti.info, ti.state, _point_of(ev))
         except Exception as exc:  # the tool failed: the agent's error event (D9, FA-13)
             _name_tool(exc, call)
             raise
@@ -609,16 +610,14 @@ class ChatModelAgent:
         return ToolCallResult(_tool_message(call, _result_text(call, result)), tctx.action)
 
     def _reinterrupt(self, ctx: RunContext, call: ToolCall,
-                     pending: PendingToolCall) -> InterruptSignal:
+                     pending: PendingToolCall) -> InterruptContext:
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
-        ev = stateful_interrupt(run_ctx, pending.info, pending.state)
-        assert ev.action is not None and ev.action.signal is not None
-        return ev.action.signal
+        return _point_of(stateful_interrupt(run_ctx, pending.info, pending.state))
 
     def _interrupt_event(self, ctx: RunContext, state: ChatModelAgentState) -> AgentEvent:
         # In call order, not completion order: the interrupt does not depend on timing.
         ids = [call.id for call in state.calls if call.id in state.pending]
-        subs = [s for s in (state.pending[i].signal for i in ids) if s is not None]
+        subs = [p for p in (state.pending[i].point for i in ids) if p is not None]
         info = {"agent": self.name, "interrupted_tool_calls": ids}
         return composite_interrupt(ctx, info, state, *subs)
 
@@ -626,3 +625,11 @@ class ChatModelAgent:
 def _result_event(result: ToolCallResult) -> AgentEvent:
     msg = result.message
     return AgentEvent("", (), AgentOutput(msg, None, "tool", msg.tool_name), result.action)
+
+
+def _point_of(ev: AgentEvent) -> InterruptContext:
+    """The top point of an interrupt event made by the interrupt functions."""
+    info = interrupt_of(ev)
+    top = info.top() if info is not None else None
+    assert top is not None
+    return top

@@ -14,7 +14,7 @@ from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
-from relaykit.interrupts import ResumeInfo, composite_interrupt
+from relaykit.interrupts import ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "SequentialAgent",
            "SequentialState"]
@@ -48,8 +48,7 @@ class ParallelState:
     interrupted: list[str] = field(default_factory=list)
 
 
-def _signal_of(ev: AgentEvent | None) -> Any:
-    return ev.action.signal if ev is not None and ev.action is not None else None
+
 
 
 class _Workflow:
@@ -108,7 +107,7 @@ class _Workflow:
                             if action is None:
                                 yield ev
                                 continue
-                            if action.signal is not None:
+                            if action.interrupted is not None and action.interrupted.contexts:
                                 continue  # becomes this workflow's composite interrupt
                             brk = action.break_loop
                             if loop and brk is not None and not brk.done:
@@ -126,7 +125,7 @@ class _Workflow:
                                      error=ended_with(exc, f"agent '{sub.name}'"))
                     return
                 if last is not None and last.action is not None:
-                    if last.action.signal is not None:
+                    if interrupt_of(last) is not None:
                         state: Any = (LoopState(iteration, index) if loop
                                       else SequentialState(index))
                         label = "Loop" if loop else "Sequential"
@@ -199,7 +198,7 @@ class _Workflow:
                         break  # D24: after that branch's events, stop every branch
                     running -= 1
                     continue
-                if _signal_of(ev) is not None:
+                if interrupt_of(ev) is not None:
                     interrupts[i] = ev
                     continue
                 if i in interrupts:

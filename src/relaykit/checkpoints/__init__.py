@@ -3,11 +3,12 @@
 from typing import TYPE_CHECKING, Any
 
 from relaykit.checkpoints.base import CheckpointStore, InMemoryCheckpointStore
+from relaykit.checkpoints.document import Checkpoint
 
 if TYPE_CHECKING:
     from relaykit.checkpoints.database import DatabaseCheckpointStore
 
-__all__ = ["CheckpointStore", "DatabaseCheckpointStore", "InMemoryCheckpointStore"]
+__all__ = ["Checkpoint", "CheckpointStore", "DatabaseCheckpointStore", "InMemoryCheckpointStore"]
 
 
 def __getattr__(name: str) -> Any:

@@ -119,6 +119,7 @@ class DatabaseCheckpointStore:
         with _StorageFailures("read", checkpoint_id, self._engine):
             await self._ensure_schema()
             async with self._engine.connect() as conn:
+                conn = await conn.execution_options(**{_db.READ_ONLY: True})
                 row = (await conn.execute(
                     sa.select(_c.data).where(_c.checkpoint_id == checkpoint_id))).first()
         return bytes(row[0]) if row is not None else None
