@@ -135,8 +135,8 @@ class ResumeState:
     iteration of the same agent starts fresh); ids stay stable by address (D11).
     """
 
-    __slots__ = ("_data_used", "_id_by_address", "_state_used", "addresses", "data",
-                 "pending_chains", "resume_all", "states")
+    __slots__ = ("_data_used", "_id_by_address", "_points", "_state_used", "addresses",
+                 "data", "pending_chains", "resume_all", "states")
 
     def __init__(self, addresses: Mapping[str, Address], states: Mapping[str, Any],
                  targets: Mapping[str, Any] | None,
@@ -149,14 +149,28 @@ class ResumeState:
         self._id_by_address = {addr: pid for pid, addr in self.addresses.items()}
         self._state_used: set[str] = set()
         self._data_used: set[str] = set()
+        self._points: list[InterruptContext] = []
 
     @classmethod
     def of(cls, info: InterruptInfo, targets: Mapping[str, Any] | None) -> ResumeState:
         """The resume state of the interrupt ``info`` (every point below its top)."""
         top = info.top()
         points = list(top.walk()) if top is not None else []
-        return cls({p.id: p.address for p in points}, {p.id: p.state for p in points},
-                   targets, info.pending_chains)
+        state = cls({p.id: p.address for p in points}, {p.id: p.state for p in points},
+                    targets, info.pending_chains)
+        state._points = points
+        return state
+
+    def interrupt_below(self, address: Address) -> InterruptInfo | None:
+        """The interrupt of the outermost saved point at or below ``address``: what a composite
+        hands the child it resumes (the child's own interrupt info, not the composite's)."""
+        n = len(address)
+        best: InterruptContext | None = None
+        for point in self._points:
+            if point.address[:n] == address and (
+                    best is None or len(point.address) < len(best.address)):
+                best = point
+        return InterruptInfo(best.info, best.root_causes()) if best is not None else None
 
     def id_for(self, address: Address) -> str | None:
         """The id a point at ``address`` had in the checkpoint being resumed (D11)."""

@@ -14,7 +14,7 @@ from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
-from relaykit.interrupts import ResumeInfo, composite_interrupt, interrupt_of
+from relaykit.interrupts import AddressSegment, ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "SequentialAgent",
            "SequentialState"]
@@ -49,6 +49,15 @@ class ParallelState:
 
 
 
+
+
+def _child_resume(ctx: RunContext, sub: FlowAgent, info: ResumeInfo) -> ResumeInfo:
+    """The ResumeInfo a resumed child receives: its own interrupt's info, not the
+    workflow's (as Eino's workflows hand each child its own interrupt info)."""
+    state = ctx.resume_state
+    own = (state.interrupt_below((*ctx.address, AddressSegment("agent", sub.name)))
+           if state is not None else None)
+    return ResumeInfo(info.enable_streaming, own if own is not None else info.interrupt_info)
 
 
 class _Workflow:
@@ -94,7 +103,8 @@ class _Workflow:
                 broke = False
                 try:
                     if resume is not None:
-                        gen, resume = sub.resume(ctx, resume, **options), None
+                        gen = sub.resume(ctx, _child_resume(ctx, sub, resume), **options)
+                        resume = None
                     else:
                         gen = sub.run(ctx, None, **options)
                     async with closing(gen):
@@ -171,7 +181,7 @@ class _Workflow:
                     if sub.name not in to_resume:
                         return
                     assert info is not None
-                    gen = sub.resume(lane_ctx, info, **options)
+                    gen = sub.resume(lane_ctx, _child_resume(ctx, sub, info), **options)
                 else:
                     gen = sub.run(lane_ctx, None, **options)
                 try:
@@ -258,8 +268,22 @@ class _WorkflowAgent(FlowAgent):
     builds_own_input = True
     mode: Mode = "sequential"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], description: str = "",
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *, description: str = "",
                  max_iterations: int = 0) -> None:
+        """Build the workflow and make ``sub_agents`` its children.
+
+        Args:
+            name: the workflow's name, unique in its tree (it appears in run paths).
+            sub_agents: the agents it runs, in order; each becomes a child that may not
+                transfer to the workflow (a workflow decides who runs next).
+            description: what the workflow does (a parent LLM agent reads it).
+            max_iterations: loops only: the most rounds (0 = until a break).
+        """
+        if not name:
+            raise ConfigurationError(f"{type(self).__name__} needs a non-empty name")
+        if not isinstance(max_iterations, int) or max_iterations < 0:
+            raise ConfigurationError(
+                f"{type(self).__name__} {name!r}: max_iterations must be an int >= 0")
         workflow = _Workflow(name, description, self.mode, max_iterations)
         super().__init__(workflow)
         subs = [as_flow_agent(s, disallow_transfer_to_parent=True) for s in sub_agents]
@@ -278,10 +302,17 @@ class _WorkflowAgent(FlowAgent):
 class SequentialAgent(_WorkflowAgent):
     """Runs its sub-agents one after another; each sees the earlier ones' output.
 
+    An error event from a sub-agent stops the workflow (D17); an interrupt pauses it, and the
+    resume continues with the interrupted sub-agent.
+
     >>> pipeline = SequentialAgent("pipeline", [draft, review])  # doctest: +SKIP
     """
 
     mode: Mode = "sequential"
+
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *,
+                 description: str = "") -> None:
+        super().__init__(name, sub_agents, description=description)
 
 
 class ParallelAgent(_WorkflowAgent):
@@ -299,16 +330,21 @@ class ParallelAgent(_WorkflowAgent):
 
     mode: Mode = "parallel"
 
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *,
+                 description: str = "") -> None:
+        super().__init__(name, sub_agents, description=description)
+
 
 class LoopAgent(_WorkflowAgent):
-    """Runs its sub-agents in order, again and again, until ``max_iterations`` (0 = no limit)
-    or a sub-agent's ``BreakLoopAction``.
+    """Runs its sub-agents in order, again and again, until ``max_iterations`` rounds
+    (0 = no limit) or a sub-agent's ``BreakLoopAction`` (an LLM agent calls ``exit_loop``).
 
     >>> refine = LoopAgent("refine", [writer, critic], max_iterations=3)  # doctest: +SKIP
     """
 
     mode: Mode = "loop"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], max_iterations: int = 0,
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *, max_iterations: int = 0,
                  description: str = "") -> None:
-        super().__init__(name, sub_agents, description, max_iterations)
+        super().__init__(name, sub_agents, description=description,
+                         max_iterations=max_iterations)
