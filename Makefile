@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck check
+.PHONY: demo test bench fuzz lint typecheck check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+fuzz: $(STAMP)
+	$(BIN)/python -m bench.fuzz $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
