@@ -10,6 +10,8 @@ from __future__ import annotations
 
 __all__ = [
     "AgentRunError",
+    "ArtifactNameError",
+    "ArtifactStoreError",
     "CheckpointBusyError",
     "CheckpointNotFoundError",
     "CheckpointStoreError",
@@ -36,6 +38,23 @@ class RelayKitError(Exception):
 
 class ConfigurationError(RelayKitError):
     """A bad agent tree or bad options, reported when building (or when a run is started)."""
+
+
+class ArtifactNameError(ConfigurationError):
+    """An artifact name, or an app, user or session id of an artifact, that cannot be used.
+
+    Raised before the artifact store is touched. Names and ids become file and folder names in
+    the file store, so anything that could leave its folder (separators, ``..``, a leading dot,
+    a drive letter) is refused by every store alike.
+    """
+
+
+class ArtifactStoreError(RelayKitError):
+    """The artifact store failed, or holds a version it cannot read (a corrupt metadata file, a
+    link pointing outside its root).
+
+    The message names the operation, the artifact and the version, never stored content.
+    """
 
 
 class CheckpointNotFoundError(RelayKitError):
