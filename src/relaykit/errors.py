@@ -26,6 +26,7 @@ __all__ = [
     "SessionBusyError",
     "SessionExistsError",
     "SessionNotFoundError",
+    "SessionStoreError",
     "StoredError",
     "ToolError",
     "WillRetryError",
@@ -104,6 +105,13 @@ class SessionExistsError(RelayKitError):
 
 class SessionBusyError(RelayKitError):
     """Another turn holds the session longer than the bounded wait."""
+
+
+class SessionStoreError(RelayKitError):
+    """The session service failed (unreachable, refused a write, ...) or a name is invalid.
+
+    The message names the operation and the session, never stored content.
+    """
 
 
 class RunnerError(RelayKitError):
