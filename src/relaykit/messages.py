@@ -2,18 +2,19 @@
 
 A ``MessageStream`` is a lazily-buffered, replayable sequence of message chunks: every reader
 (the caller, the run history, the session store) iterates it from the start, the source is read
-once, and ``collect()`` concatenates and caches the whole message.
+once, and ``collect()`` concatenates and caches the whole message. An ended stream is saved by the
+codec through the adapter registered at the end of this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relaykit.codec import register_type
-from relaykit.errors import RelayKitError
+from relaykit.codec import register_adapter, register_type
+from relaykit.errors import RelayKitError, SerializationError
 
 __all__ = ["Blob", "Message", "MessageStream", "Role", "ToolCall", "concat_messages"]
 
@@ -279,3 +280,32 @@ class MessageStream:
             closer = getattr(it, "aclose", None)
             if closer is not None:
                 await closer()
+
+
+# -- saving ------------------------------------------------------------------------------------
+def _save_stream(stream: MessageStream) -> Mapping[str, Any]:
+    """An ended stream as its concatenated message and its error (the chunking is not kept)."""
+    if not stream.done:
+        raise SerializationError("cannot save a message stream that has not ended; "
+                                 "materialise it first (materialize_streams)")
+    chunks = stream.chunks
+    return {"message": concat_messages(chunks) if chunks else None, "error": stream.error}
+
+
+def _load_stream(fields: dict[str, Any]) -> MessageStream:
+    """A finished stream from saved fields (ValueError, naming types only, for wrong ones)."""
+    message = fields.get("message")
+    error = fields.get("error")
+    if message is not None and not isinstance(message, Message):
+        raise ValueError(f"a stream must hold a relaykit.Message, found {type(message).__name__}")
+    if error is not None and not isinstance(error, BaseException):
+        raise ValueError(f"a stream's error must be an error, found {type(error).__name__}")
+    chunks = [message] if message is not None else []
+    if error is not None:
+        return MessageStream.failed(chunks, error)
+    return MessageStream.from_list(chunks)
+
+
+# Stored as {"__stream__": {"message": ..., "error": ...}}, the format checkpoints always had.
+register_adapter(MessageStream, "stream", fields=("message", "error"), save=_save_stream,
+                 load=_load_stream, materialize=MessageStream.collect)

@@ -356,3 +356,104 @@ def test_registered_pydantic_model_with_datetime_round_trips() -> None:
 def test_unsavable_builtin_values_raise_serialization_error(value: Any) -> None:
     with pytest.raises(SerializationError):
         codec.dumps({"v": value}, kind="test")
+
+
+# -- adapters ----------------------------------------------------------------------------------
+class Span:
+    """Not a dataclass: saved through an adapter."""
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.finished = False
+
+    async def finish(self) -> None:
+        self.finished = True
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Span) and (self.start, self.end) == (other.start, other.end)
+
+
+def _load_span(fields: dict[str, Any]) -> Span:
+    if type(fields.get("start")) is not int:
+        raise ValueError(f"a span's start must be an int, found {type(fields.get('start'))}")
+    return Span(fields["start"], fields.get("end", fields["start"]))
+
+
+codec.register_adapter(Span, "tests_span", fields=("start", "end"),
+                       save=lambda s: {"start": s.start, "end": s.end}, load=_load_span,
+                       materialize=Span.finish)
+
+
+def test_adapted_values_round_trip_under_their_marker() -> None:
+    class Wide(Span):
+        pass
+
+    value = {"span": Span(1, 5), "spans": (Span(2, 3),), "wide": Wide(7, 9)}
+    assert codec.encode(Span(1, 5)) == {"__tests_span__": {"start": 1, "end": 5}}
+    got = round_trip(value)
+    assert got == value and type(got["wide"]) is Span  # a subclass loads as load builds it
+
+
+async def test_materialize_streams_awaits_every_adapters_hook() -> None:
+    spans = [Span(1, 2), Span(3, 4)]
+    await codec.materialize_streams({"a": [spans[0]], "b": Node(Leaf("x"), lookup={1: spans[1]})})
+    assert [s.finished for s in spans] == [True, True]
+
+
+@pytest.mark.parametrize(("payload", "problem"), [
+    ({"__tests_span__": [1]}, "__tests_span__ must hold an object with 'start' and 'end'"),
+    ({"__tests_span__": {"start": 1, "other": 2}}, "must hold an object with 'start' and 'end'"),
+    ({"__tests_span__": {"start": "1"}}, "corrupt data: a span's start must be an int"),
+    ({"__tests_span__": {"start": {"__nope__": 1}}}, "unknown marker '__nope__'"),
+])
+def test_adapted_values_that_do_not_fit_fail_to_load_clearly(payload: Any, problem: str) -> None:
+    data = json.dumps({"format": "test", "version": 1, "payload": payload}).encode()
+    with pytest.raises(SerializationError, match=problem):
+        codec.loads(data, kind="test")
+
+
+def test_an_adapter_that_saves_undeclared_fields_fails_to_save() -> None:
+    class Loose:
+        pass
+
+    codec.register_adapter(Loose, "tests_loose", fields=("a",), save=lambda v: {"b": 1},
+                           load=lambda f: Loose())
+    with pytest.raises(SerializationError, match="fields other than 'a'"):
+        codec.encode(Loose())
+
+
+def test_register_adapter_rejects_the_codecs_markers_and_taken_names() -> None:
+    class Other:
+        pass
+
+    for name in ("tuple", "type", "error"):
+        with pytest.raises(ValueError, match="the codec's own"):
+            codec.register_adapter(Other, name, fields=("a",), save=vars, load=lambda f: Other())
+    for name in ("stream", "tests_span"):
+        with pytest.raises(ValueError, match="already used"):
+            codec.register_adapter(Other, name, fields=("a",), save=vars, load=lambda f: Other())
+    for name in ("", "Bad", "_x", "x_", "a-b"):
+        with pytest.raises(ValueError, match="lowercase"):
+            codec.register_adapter(Other, name, fields=("a",), save=vars, load=lambda f: Other())
+    with pytest.raises(ValueError, match="distinct"):
+        codec.register_adapter(Other, "tests_other", fields=("a", "a"), save=vars,
+                               load=lambda f: Other())
+
+
+def test_the_codecs_own_markers_are_the_ones_adapters_may_not_take() -> None:
+    from relaykit import _codec_adapters, _codec_decode
+
+    assert _codec_decode._MARKERS.keys() == _codec_adapters.BUILTIN_MARKERS
+
+
+def test_streams_saved_by_earlier_versions_still_load() -> None:
+    # Written by relaykit before streams were saved through an adapter: the format is unchanged.
+    data = (b'{"format":"test","version":1,"payload":[{"__stream__":{"message":{"__type__":'
+            b'"relaykit.Message","data":{"role":"assistant","content":"hi","tool_calls":[],'
+            b'"tool_call_id":null,"tool_name":null,"name":null,"attachments":[],"metadata":{}}},'
+            b'"error":null}},{"__stream__":{"message":null,"error":{"__error__":{"type":'
+            b'"ValueError","message":"cut"}}}}]}')
+    ok, failed = codec.loads(data, kind="test")
+    assert [c.content for c in ok.chunks] == ["hi"] and ok.error is None and ok.done
+    assert failed.chunks == [] and str(failed.error) == "cut"
+    assert codec.dumps([ok, failed], kind="test") == data
