@@ -25,6 +25,7 @@ __all__ = [
     "transfer_messages",
 ]
 
+#: The name of the tool an LLM agent calls to hand control to another agent.
 TRANSFER_TOOL_NAME = "transfer_to_agent"
 
 
@@ -36,15 +37,26 @@ class AgentInput:
     The framework builds a fresh ``messages`` list for every agent run: the receiving agent
     owns it and may modify it. A flow agent builds that list when ``messages`` is first read,
     so an agent that decides from session values alone never pays for its history.
+
+    >>> AgentInput([Message.user("hello")]).messages[0].content
+    'hello'
     """
 
+    #: The conversation to respond to: the run's input, then the run history as this agent
+    #: reads it (other agents' messages rewritten as context, see docs/trees-and-transfer.md).
     messages: list[Message] = field(default_factory=list)
+    #: Whether the agent should yield its model replies as ``MessageStream`` outputs.
     enable_streaming: bool = False
 
     @classmethod
     def deferred(cls, build: Callable[[], list[Message]],
                  enable_streaming: bool = False) -> AgentInput:
-        """An input whose messages ``build()`` makes on first access."""
+        """An input whose messages ``build()`` makes on first access.
+
+        >>> lazy = AgentInput.deferred(lambda: [Message.user("built")])
+        >>> lazy.messages[0].content
+        'built'
+        """
         new = cls.__new__(cls)
         new.__dict__["_build"] = build
         new.enable_streaming = enable_streaming
@@ -72,8 +84,13 @@ setattr(AgentInput, "messages", property(_get_messages, _set_messages))  # noqa:
 @register_type("relaykit.RunStep")
 @dataclass(frozen=True, slots=True)
 class RunStep:
-    """One agent on a run path. Equal by name."""
+    """One agent on a run path. Equal by name.
 
+    >>> str(RunStep("triage")), RunStep("triage") == RunStep("triage")
+    ('triage', True)
+    """
+
+    #: The agent's name.
     agent_name: str
 
     def __str__(self) -> str:
@@ -81,47 +98,79 @@ class RunStep:
 
 
 RunPath = tuple[RunStep, ...]
+"""The agents from the root of the tree to the one that produced an event (D6)."""
 
 
 @register_type("relaykit.TransferToAgentAction")
 @dataclass(slots=True)
 class TransferToAgentAction:
-    """Hand control to the agent named ``dest_agent_name`` (a child or the parent)."""
+    """Hand control to the agent named ``dest_agent_name`` (a child or the parent).
 
+    >>> AgentEvent.transfer("billing").action.transfer_to_agent
+    TransferToAgentAction(dest_agent_name='billing')
+    """
+
+    #: The name of the agent to transfer to.
     dest_agent_name: str
 
 
 @register_type("relaykit.BreakLoopAction")
 @dataclass(slots=True)
 class BreakLoopAction:
-    """End the enclosing ``LoopAgent``. ``done`` is set once a loop has handled it."""
+    """End the enclosing ``LoopAgent``. ``done`` is set once a loop has handled it.
 
+    >>> AgentAction(break_loop=BreakLoopAction(from_agent="critic")).break_loop.done
+    False
+    """
+
+    #: The agent that asked to break the loop.
     from_agent: str = ""
+    #: Set by the loop that ended because of this action (outer loops then ignore it).
     done: bool = False
+    #: The iteration (0-based) the loop was in when it ended; set with ``done``.
     current_iterations: int = 0
 
 
 @register_type("relaykit.AgentAction")
 @dataclass(slots=True)
 class AgentAction:
-    """What an event asks the framework to do. Precedence: interrupted, exit, transfer."""
+    """What an event asks the framework to do. Precedence: interrupted, exit, transfer.
 
+    >>> AgentEvent.exit().action
+    AgentAction(exit=True, interrupted=None, transfer_to_agent=None, break_loop=None, custom=None)
+    """
+
+    #: End the run of the enclosing flow: no transfer follows, workflows stop.
     exit: bool = False
+    #: The agent paused (made by ``interrupt`` and friends); the Runner saves a checkpoint.
     interrupted: InterruptInfo | None = None
+    #: Hand control to another agent of the tree.
     transfer_to_agent: TransferToAgentAction | None = None
+    #: End the enclosing ``LoopAgent``.
     break_loop: BreakLoopAction | None = None
+    #: An application-defined action, passed through untouched (hence ``Any``); saved with
+    #: checkpoints when its type is registered with the codec.
     custom: Any = None
 
 
 @register_type("relaykit.AgentOutput")
 @dataclass(slots=True)
 class AgentOutput:
-    """An event's output: a whole message, a message stream, or a custom value."""
+    """An event's output: a whole message, a message stream, or a custom value.
 
+    >>> AgentOutput(Message.assistant("hi")).is_streaming
+    False
+    """
+
+    #: The whole message (when the output is not streamed).
     message: Message | None = None
+    #: The message as a stream of chunks (when streamed); ``get_message`` reads it whole.
     stream: MessageStream | None = None
+    #: The role of the message: ``assistant``, or ``tool`` for a tool result.
     role: str = "assistant"
+    #: For a tool result: the tool's name.
     tool_name: str | None = None
+    #: An application-defined output, passed through untouched (hence ``Any``).
     custom: Any = None
 
     @property
@@ -130,7 +179,12 @@ class AgentOutput:
         return self.stream is not None
 
     async def get_message(self) -> Message | None:
-        """The message, concatenating the stream if needed (other readers keep their chunks)."""
+        """The message, concatenating the stream if needed (other readers keep their chunks).
+
+        >>> import asyncio
+        >>> asyncio.run(AgentOutput(Message.assistant("hi")).get_message()).content
+        'hi'
+        """
         if self.stream is not None:
             return await self.stream.collect()
         return self.message
@@ -142,24 +196,40 @@ class AgentEvent:
     """One item of an agent's event stream.
 
     ``agent_name`` and ``run_path`` are set by the framework (the flow agent stamps a copy of
-    each event an agent yields).
+    each event an agent yields): an agent leaves them empty.
 
     >>> AgentEvent.from_message(Message.assistant("hi")).output.message.content
     'hi'
     """
 
+    #: The agent that produced the event (set by the framework).
     agent_name: str = ""
+    #: The agents from the root to that agent (set by the framework, D6).
     run_path: RunPath = ()
+    #: The message, stream or custom value the event carries, if any.
     output: AgentOutput | None = None
+    #: What the event asks the framework to do (transfer, exit, interrupt...), if anything.
     action: AgentAction | None = None
+    #: The failure this event reports: the agent, a tool or the framework failed (D9).
     error: BaseException | None = None
-    # Session values written by the agent since its previous event (session mode, D12).
+    #: Session values written by the agent since its previous event (session mode, D12);
+    #: the values are the application's own, hence ``Any``.
     state_delta: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_message(cls, message: Message | MessageStream, role: str | None = None,
                      tool_name: str | None = None) -> AgentEvent:
-        """An event carrying ``message``; a ``MessageStream`` gives a streaming output."""
+        """An event carrying ``message``; a ``MessageStream`` gives a streaming output.
+
+        Args:
+            message: the message, or a stream of its chunks.
+            role: the output's role; by default the message's own (``assistant`` for a
+                stream).
+            tool_name: for a tool result, the tool's name; by default the message's own.
+
+        >>> AgentEvent.from_message(Message.assistant("hi")).message.role
+        'assistant'
+        """
         if isinstance(message, MessageStream):
             out = AgentOutput(None, message, role or "assistant", tool_name)
         else:
@@ -169,16 +239,28 @@ class AgentEvent:
 
     @classmethod
     def exit(cls) -> AgentEvent:
-        """An action-only event that ends the run of the enclosing flow."""
+        """An action-only event that ends the run of the enclosing flow.
+
+        >>> AgentEvent.exit().action.exit
+        True
+        """
         return cls(action=AgentAction(exit=True))
 
     @classmethod
     def transfer(cls, dest_agent_name: str) -> AgentEvent:
-        """An action-only event that transfers to ``dest_agent_name``."""
+        """An action-only event that transfers to ``dest_agent_name``.
+
+        >>> AgentEvent.transfer("billing").action.transfer_to_agent.dest_agent_name
+        'billing'
+        """
         return cls(action=AgentAction(transfer_to_agent=TransferToAgentAction(dest_agent_name)))
 
     def stamped(self, agent_name: str, run_path: RunPath) -> AgentEvent:
-        """A copy with ``agent_name`` and ``run_path`` set (the original is not changed)."""
+        """A copy with ``agent_name`` and ``run_path`` set (the original is not changed).
+
+        >>> AgentEvent.exit().stamped("triage", (RunStep("triage"),)).agent_name
+        'triage'
+        """
         return AgentEvent(agent_name, run_path, self.output, self.action, self.error,
                           self.state_delta)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
@@ -33,21 +33,42 @@ __all__ = [
 ]
 
 
+_Arg = TypeVar("_Arg")
+# How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume); the
+# pending chain is the one saved for this flow agent, when a resume passes through it.
+_Start = Callable[[RunContext, _Arg, dict[str, Any]],
+                  Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None"]]]
+
+
 @register_type("relaykit.HistoryEntry")
 @dataclass(slots=True)
 class HistoryEntry:
-    """One message of the history a flow agent builds for its agent."""
+    """One message of the history a flow agent builds for its agent (what a
+    ``HistoryRewriter`` receives).
 
+    >>> HistoryEntry(False, "billing", Message.assistant("refunded")).agent_name
+    'billing'
+    """
+
+    #: True for a message of the run's input; False for one an agent produced.
     is_user_input: bool
+    #: The agent that produced the message ("" for the run's input).
     agent_name: str
+    #: The message as it was produced (not rewritten).
     message: Message
 
 
 HistoryRewriter = Callable[[RunContext, list[HistoryEntry]], Awaitable[list[Message]]]
+"""Builds an agent's input messages from the history entries (``as_flow_agent(...,
+history_rewriter=...)``), instead of the default rewriting (docs/trees-and-transfer.md)."""
 
 
 def rewrite_message(message: Message, agent_name: str) -> Message:
-    """Another agent's message as the user-role context line the next agent reads (FA-07)."""
+    """Another agent's message as the user-role context line the next agent reads (FA-07).
+
+    >>> rewrite_message(Message.assistant("refunded"), "billing").content
+    'For context: [billing] said: refunded.'
+    """
     role = message.role
     if role == "assistant" and not message.tool_calls:
         text = (f"For context: [{agent_name}] said: {message.content}." if message.content
@@ -75,9 +96,15 @@ def rewrite_message(message: Message, agent_name: str) -> Message:
 class TransferGroup:
     """One step of a transfer chain (D3): an assistant message calling ``transfer_to_agent``
     together with the tool results answering it, or one transfer pair of a deterministic
-    wrapper. ``targets`` are the agents it transfers to, in call order."""
+    wrapper. ``targets`` are the agents it transfers to, in call order.
 
+    >>> TransferGroup([], ["billing"]).targets
+    ['billing']
+    """
+
+    #: The call message and the tool results answering it (or one transfer pair).
     events: list[AgentEvent]
+    #: The agents the group transfers to, in call order.
     targets: list[str]
 
 
@@ -86,9 +113,15 @@ class TransferGroup:
 class PendingChain:
     """The rest of a transfer chain: the targets of the group being run that have not run
     yet, then the later groups, each delivered right before its first target runs (D3).
-    Saved in checkpoints when one of the targets interrupts."""
+    Saved in checkpoints when one of the targets interrupts.
 
+    >>> PendingChain(["refunds"], []).targets
+    ['refunds']
+    """
+
+    #: The targets of the current group still to run, in order.
     targets: list[str]
+    #: The later transfer groups, in order.
     groups: list[TransferGroup]
 
 
@@ -236,21 +269,46 @@ async def ended_abnormally(last: AgentEvent | None) -> bool:
 class FlowAgent:
     """An agent that takes part in a tree: it records, stamps and transfers.
 
-    Build trees with ``set_sub_agents``; set options with ``as_flow_agent``.
+    Build trees with ``set_sub_agents``; set options with ``as_flow_agent`` (both return the
+    flow agent). A flow agent is itself an ``Agent``: give it to a ``Runner``, or as a child of
+    another tree.
+
+    >>> import relaykit as rk
+    >>> class Noop(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.exit()
+    >>> root = rk.set_sub_agents(Noop("triage"), [Noop("billing")])
+    >>> root.name, [a.name for a in root.transfer_targets()]
+    ('triage', ['billing'])
+
+    Args:
+        agent: the agent to wrap (not a flow agent already).
+        disallow_transfer_to_parent: the agent may not transfer back to its parent (D4).
+        history_rewriter: builds the agent's input from the history entries instead of the
+            default rewriting.
     """
 
+    #: Whether the wrapped agent builds its own input (workflows do: they hand their children
+    #: the history through the flow agents below them), so no history is built for it.
     builds_own_input = False
 
     def __init__(self, agent: Agent, *, disallow_transfer_to_parent: bool = False,
                  history_rewriter: HistoryRewriter | None = None) -> None:
         if isinstance(agent, FlowAgent):
             raise ConfigurationError(f"agent {agent.name!r} is already a flow agent")
+        #: The wrapped agent.
         self.agent = agent
+        #: The wrapped agent's name.
         self.name: str = agent.name
+        #: The wrapped agent's description.
         self.description: str = agent.description
+        #: The children (set by ``set_sub_agents``).
         self.sub_agents: list[FlowAgent] = []
+        #: The parent in the tree; None at the root.
         self.parent: FlowAgent | None = None
+        #: The agent may not transfer back to its parent (D4).
         self.disallow_transfer_to_parent = disallow_transfer_to_parent
+        #: Builds the agent's input instead of the default history rewriting, when set.
         self.history_rewriter = history_rewriter
         self._step = RunStep(self.name)
         self._segment = AddressSegment("agent", self.name)
@@ -267,7 +325,13 @@ class FlowAgent:
         return targets
 
     def find_target(self, name: str, *, for_resume: bool = False) -> FlowAgent | None:
-        """A child named ``name``, else the parent if so named (and allowed, D4)."""
+        """A child named ``name``, else the parent if so named (and allowed, D4).
+
+        Args:
+            name: the agent to look for.
+            for_resume: look the parent up even when transfers to it are disallowed (a resume
+                goes back down the path it came).
+        """
         for sub in self.sub_agents:
             if sub.name == name:
                 return sub
@@ -288,7 +352,14 @@ class FlowAgent:
     # -- run -------------------------------------------------------------------------------
     def run(self, ctx: RunContext, input: AgentInput | None = None,
             **options: Any) -> AsyncIterator[AgentEvent]:
-        """Run the wrapped agent on the history built for it, then act on its last action."""
+        """Run the wrapped agent on the history built for it, then act on its last action.
+
+        Args:
+            ctx: the parent's context (the flow agent adds its own step and address segment).
+            input: the run's input at the root; below the root the flow agent builds the input
+                from the run history (None).
+            **options: per-run options, passed on to the wrapped agent.
+        """
         child = self._enter(ctx)
         if not ctx.run_path and input is not None:
             child.root_input = input
@@ -296,10 +367,16 @@ class FlowAgent:
 
     def resume(self, ctx: RunContext, info: ResumeInfo,
                **options: Any) -> AsyncIterator[AgentEvent]:
-        """Continue an interrupted run: resume the agent itself, or pass the resume down."""
+        """Continue an interrupted run: resume the agent itself, or pass the resume down.
+
+        Args:
+            ctx: the parent's context; its ``resume_state`` holds the saved points.
+            info: the resume as the parent hands it on.
+            **options: per-run options, passed on.
+        """
         return self._drive(self._enter(ctx), self._start_resume, info, options)
 
-    async def _start_run(self, child: RunContext, input: Any,
+    async def _start_run(self, child: RunContext, input: AgentInput | None,
                          options: dict[str, Any]) -> tuple[AsyncIterator[AgentEvent], None]:
         if self.builds_own_input:
             agent_input = input if input is not None else AgentInput()
@@ -307,7 +384,7 @@ class FlowAgent:
             agent_input = await self.build_input(child)
         return self.agent.run(child, agent_input, **options), None
 
-    async def _start_resume(self, child: RunContext, info: Any, options: dict[str, Any]
+    async def _start_resume(self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
                             ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None]:
         state = child.resume_state
         if state is None:
@@ -346,7 +423,7 @@ class FlowAgent:
                                  f"agent '{self.name}'")
 
     # -- the run loop ----------------------------------------------------------------------
-    async def _drive(self, ctx: RunContext, start: Any, arg: Any,
+    async def _drive(self, ctx: RunContext, start: _Start[_Arg], arg: _Arg,
                      options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
         """Stamp, record and forward the agent's events; then run the transfer chain its
         stream ended with (or, after a resume passed down, the chain saved for this agent).
@@ -450,7 +527,8 @@ class FlowAgent:
                 yield ev
 
     @staticmethod
-    def _with_pending(ctx: RunContext, ev: AgentEvent, pending: Any) -> AgentEvent:
+    def _with_pending(ctx: RunContext, ev: AgentEvent,
+                      pending: PendingChain | None) -> AgentEvent:
         """``ev`` with the rest of this flow agent's transfer chain saved on its interrupt (D3)."""
         info = interrupt_of(ev)
         if info is None or not isinstance(pending, PendingChain):
@@ -552,7 +630,20 @@ def as_flow_agent(agent: Agent, *, disallow_transfer_to_parent: bool = False,
                   history_rewriter: HistoryRewriter | None = None) -> FlowAgent:
     """Wrap ``agent`` in a flow agent with these options (or apply them to a flow agent).
 
-    >>> fa = as_flow_agent(some_agent, disallow_transfer_to_parent=True)  # doctest: +SKIP
+    Args:
+        agent: the agent; a flow agent gets the options set (an option left at its default
+            keeps the flow agent's current value).
+        disallow_transfer_to_parent: the agent may not transfer back to its parent (D4).
+        history_rewriter: builds the agent's input from the history entries instead of the
+            default rewriting.
+
+    >>> import relaykit as rk
+    >>> class Noop(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.exit()
+    >>> fa = as_flow_agent(Noop("worker"), disallow_transfer_to_parent=True)
+    >>> fa.disallow_transfer_to_parent, as_flow_agent(fa) is fa
+    (True, True)
     """
     if isinstance(agent, FlowAgent):
         if disallow_transfer_to_parent:
@@ -567,7 +658,20 @@ def as_flow_agent(agent: Agent, *, disallow_transfer_to_parent: bool = False,
 def set_sub_agents(agent: Agent, sub_agents: Sequence[Agent]) -> FlowAgent:
     """Make ``sub_agents`` the children of ``agent``; returns the parent's flow agent (D14).
 
-    >>> root = set_sub_agents(triage, [orders, refunds])  # doctest: +SKIP
+    Each agent is wrapped in a flow agent (``as_flow_agent``) unless it is one; an agent can be
+    the child of one parent only, and a parent gets its children once.
+
+    Args:
+        agent: the parent.
+        sub_agents: its children, in the order an LLM parent lists them as transfer targets.
+
+    >>> import relaykit as rk
+    >>> class Noop(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.exit()
+    >>> root = set_sub_agents(Noop("triage"), [Noop("orders"), Noop("refunds")])
+    >>> [sub.name for sub in root.sub_agents], root.sub_agents[0].parent is root
+    (['orders', 'refunds'], True)
     """
     parent = as_flow_agent(agent)
     if parent.sub_agents:

@@ -10,7 +10,7 @@ The data types live in ``relaykit.resume`` and are re-exported here.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from relaykit.context import RunContext
 from relaykit.events import AgentAction, AgentEvent
@@ -22,6 +22,9 @@ from relaykit.resume import (
     ResumeInfo,
     ResumeState,
 )
+
+if TYPE_CHECKING:
+    from relaykit.flow import PendingChain  # flow imports this module
 
 __all__ = [
     "Address",
@@ -39,7 +42,14 @@ __all__ = [
 
 def interrupt_of(ev: AgentEvent | None) -> InterruptInfo | None:
     """The interrupt ``ev`` carries — one made by the functions below (it has points) — or
-    None. An ``InterruptInfo`` without contexts is not a resumable interrupt."""
+    None. An ``InterruptInfo`` without contexts is not a resumable interrupt.
+
+    >>> from relaykit.context import RunContext
+    >>> interrupt_of(interrupt(RunContext.new(), "approve?")).data
+    'approve?'
+    >>> interrupt_of(AgentEvent.exit()) is None
+    True
+    """
     if ev is None:
         return None
     action = ev.action
@@ -49,6 +59,8 @@ def interrupt_of(ev: AgentEvent | None) -> InterruptInfo | None:
     return info if info is not None and info.contexts else None
 
 
+# ``info`` and ``state`` below are typed ``Any``: they are the application's own values (what
+# to tell the caller, what to save), stored by the codec and handed back untouched.
 def _point(ctx: RunContext, info: Any, state: Any,
            children: list[InterruptContext]) -> InterruptContext:
     address = ctx.address
@@ -62,7 +74,7 @@ def _point(ctx: RunContext, info: Any, state: Any,
 
 
 def _event(point: InterruptContext, data: Any,
-           pending: dict[Address, Any] | None = None) -> AgentEvent:
+           pending: dict[Address, PendingChain] | None = None) -> AgentEvent:
     info = InterruptInfo(data, point.root_causes(), None, pending or {})
     return AgentEvent(action=AgentAction(interrupted=info))
 
@@ -70,13 +82,33 @@ def _event(point: InterruptContext, data: Any,
 def interrupt(ctx: RunContext, info: Any) -> AgentEvent:
     """An interrupt event for the agent running under ``ctx``; yield it as the last event.
 
-    >>> # inside an agent:  yield rk.interrupt(ctx, {"question": "approve?"})
+    The agent's ``resume`` is called when the run is resumed (see ``ResumableAgent``).
+
+    Args:
+        ctx: the context the interrupting agent runs under (its address names the point).
+        info: what to tell the caller (``InterruptContext.info``), any value the codec saves.
+
+    >>> from relaykit.context import RunContext
+    >>> ev = interrupt(RunContext.new(), {"question": "approve?"})
+    >>> ev.action.interrupted.contexts[0].info
+    {'question': 'approve?'}
     """
     return _event(_point(ctx, info, None, []), info)
 
 
 def stateful_interrupt(ctx: RunContext, info: Any, state: Any) -> AgentEvent:
-    """An interrupt that saves ``state`` (read back as ``ResumeInfo.interrupt_state``)."""
+    """An interrupt that saves ``state`` (read back as ``ResumeInfo.interrupt_state``).
+
+    Args:
+        ctx: the context the interrupting agent runs under.
+        info: what to tell the caller, any value the codec saves.
+        state: what the agent needs to continue, any value the codec saves.
+
+    >>> from relaykit.context import RunContext
+    >>> ev = stateful_interrupt(RunContext.new(), "approve?", {"step": 2})
+    >>> ev.action.interrupted.contexts[0].state
+    {'step': 2}
+    """
     return _event(_point(ctx, info, state, []), info)
 
 
@@ -86,11 +118,24 @@ def composite_interrupt(
 ) -> AgentEvent:
     """An interrupt whose root causes are the interrupts the agent's children produced.
 
-    ``sub_interrupts`` are their interrupt events, their ``InterruptInfo``s or their points;
-    the new point becomes the parent of each one's top point.
+    The new point becomes the parent of each sub-interrupt's top point.
+
+    Args:
+        ctx: the context the composite agent runs under.
+        info: what to tell the caller about the composite, any value the codec saves.
+        state: what the composite needs to continue (which children to resume, say).
+        *sub_interrupts: the children's interrupt events, their ``InterruptInfo``s or their
+            points.
+
+    >>> from relaykit.context import RunContext
+    >>> ctx = RunContext.new()
+    >>> child = interrupt(ctx.derive(address=(AddressSegment("agent", "approver"),)), "ok?")
+    >>> ev = composite_interrupt(ctx, "workflow paused", {"index": 0}, child)
+    >>> [p.info for p in ev.action.interrupted.contexts], ev.action.interrupted.top().info
+    (['ok?'], 'workflow paused')
     """
     children: list[InterruptContext] = []
-    pending: dict[Address, Any] = {}
+    pending: dict[Address, PendingChain] = {}
     for sub in sub_interrupts:
         if isinstance(sub, InterruptContext):
             top: InterruptContext | None = sub.top()

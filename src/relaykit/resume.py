@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from relaykit.codec import register_type
+
+if TYPE_CHECKING:
+    # The flow module imports this one (through events and contexts): a type only.
+    from relaykit.flow import PendingChain
 
 __all__ = [
     "Address",
@@ -30,10 +34,17 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class AddressSegment:
     """One step of an interrupt address: an agent, or a tool call (``id`` = tool name,
-    ``sub_id`` = tool-call id)."""
+    ``sub_id`` = tool-call id).
 
+    >>> str(AddressSegment("tool", "search", "call_1"))
+    'tool:search:call_1'
+    """
+
+    #: An agent (one segment per flow agent) or a tool call.
     kind: Literal["agent", "tool"]
+    #: The agent's name, or the tool's name.
     id: str
+    #: For a tool call: the tool-call id; None for an agent.
     sub_id: str | None = None
 
     def __str__(self) -> str:
@@ -41,6 +52,7 @@ class AddressSegment:
 
 
 Address = tuple[AddressSegment, ...]
+"""Where an interrupt point sits: the segments from the root agent down (D11)."""
 
 
 @register_type("relaykit.InterruptContext", exclude=("parent", "children"))
@@ -51,18 +63,36 @@ class InterruptContext:
     ``parent`` links a point to the composite that wrapped it (``None`` at the top);
     ``children`` are the points right below a composite; ``state`` is what the point's agent
     saved (it reads it back as ``ResumeInfo.interrupt_state``).
+
+    >>> leaf = InterruptContext("p1", (AddressSegment("agent", "approver"),), "approve?", True)
+    >>> leaf.top() is leaf, [p.id for p in leaf.root_causes()]
+    (True, ['p1'])
     """
 
+    #: The point's id, stable across resumes of one run (docs/interrupts-and-resume.md#d11).
     id: str
+    #: Where the point sits in the agent tree.
     address: Address
+    #: What the interrupting agent or tool said to the caller (the question to answer, say).
+    #: Application-defined, hence ``Any``; saved by the codec.
     info: Any
+    #: True for a point that actually waits; False for a composite above such points.
     is_root_cause: bool
+    #: The composite point that wrapped this one; None at the top.
     parent: InterruptContext | None = None
+    #: What the point's agent saved to continue from (read back as
+    #: ``ResumeInfo.interrupt_state``). Application-defined, hence ``Any``.
     state: Any = field(default=None, repr=False)
+    #: The points right below a composite point.
     children: list[InterruptContext] = field(default_factory=list, repr=False)
 
     def top(self) -> InterruptContext:
-        """The outermost point above this one (itself at the top)."""
+        """The outermost point above this one (itself at the top).
+
+        >>> top = InterruptContext("t", (), "wrapper", False)
+        >>> InterruptContext("p", (), "q", True, parent=top).top() is top
+        True
+        """
         node = self
         while node.parent is not None:
             node = node.parent
@@ -101,30 +131,55 @@ class InterruptInfo:
     ``run(checkpoint_id=...)`` or one it generated. ``None`` when the Runner has no checkpoint
     store, on events below the Runner, or when saving failed (the save's error event comes
     first).
+
+    >>> point = InterruptContext("p1", (), "approve?", True)
+    >>> InterruptInfo("approve?", [point]).top().id
+    'p1'
     """
 
+    #: The ``info`` of the outermost interrupt (what the top agent said). Application-defined,
+    #: hence ``Any``.
     data: Any = None
+    #: The root causes: the points that wait. Answer them by id in ``Runner.resume(targets=)``.
     contexts: list[InterruptContext] = field(default_factory=list)
+    #: Where the Runner saved the interrupted run (docs/checkpoints-and-storage.md#d21).
     checkpoint_id: str | None = None
     #: Transfer chains that flow agents left pending on the way up, by their address (D3):
     #: internal state the checkpoint saves so the resume continues the chain.
-    pending_chains: dict[Address, Any] = field(default_factory=dict, repr=False,
-                                               compare=False)
+    pending_chains: dict[Address, PendingChain] = field(default_factory=dict, repr=False,
+                                                        compare=False)
 
     def top(self) -> InterruptContext | None:
-        """The outermost point of this interrupt (``None`` for an info without contexts)."""
+        """The outermost point of this interrupt (``None`` for an info without contexts).
+
+        >>> InterruptInfo("nothing").top() is None
+        True
+        """
         return self.contexts[0].top() if self.contexts else None
 
 
 @dataclass(slots=True)
 class ResumeInfo:
-    """What a resumed agent learns about its own interrupt point."""
+    """What a resumed agent learns about its own interrupt point.
 
+    >>> info = ResumeInfo(was_interrupted=True, is_resume_target=True, resume_data="yes")
+    >>> info.resume_data if info.is_resume_target else None
+    'yes'
+    """
+
+    #: Whether the run streams (as ``AgentInput.enable_streaming``).
     enable_streaming: bool = False
+    #: The interrupt being resumed, from this agent's point down.
     interrupt_info: InterruptInfo | None = None
+    #: True when this agent itself interrupted (its point was saved).
     was_interrupted: bool = False
+    #: What this agent saved when it interrupted (``stateful_interrupt``'s ``state``).
+    #: Application-defined, hence ``Any``.
     interrupt_state: Any = None
+    #: True when the caller answered this point (or resumed every point, D8).
     is_resume_target: bool = False
+    #: The caller's answer for this point (``Runner.resume(targets={id: data})``).
+    #: Application-defined, hence ``Any``.
     resume_data: Any = None
 
 
@@ -132,7 +187,14 @@ class ResumeState:
     """The resume information of one resume: every saved point, its state and the targets.
 
     Each point's state is claimed by the first agent that reaches its address (so the next loop
-    iteration of the same agent starts fresh); ids stay stable by address (D11).
+    iteration of the same agent starts fresh); ids stay stable by address (D11). Built by the
+    Runner (``ResumeState.of``); agents read the result of ``claim`` as their ``ResumeInfo``.
+
+    >>> seg = AddressSegment("agent", "approver")
+    >>> state = ResumeState({"p1": (seg,)}, {"p1": {"step": 2}}, {"p1": "yes"})
+    >>> mine = state.claim((seg,), ResumeInfo())
+    >>> mine.interrupt_state, mine.resume_data
+    ({'step': 2}, 'yes')
     """
 
     __slots__ = ("_data_used", "_id_by_address", "_points", "_state_used", "addresses",
@@ -140,12 +202,23 @@ class ResumeState:
 
     def __init__(self, addresses: Mapping[str, Address], states: Mapping[str, Any],
                  targets: Mapping[str, Any] | None,
-                 pending_chains: Mapping[Address, Any] | None = None) -> None:
+                 pending_chains: Mapping[Address, PendingChain] | None = None) -> None:
+        """Args:
+            addresses: every saved point's address, by point id.
+            states: every saved point's state, by point id (application-defined values).
+            targets: the resume targets' data by point id; None or empty resumes every point.
+            pending_chains: the transfer chains saved with the interrupt, by address.
+        """
+        #: Every saved point's address, by id.
         self.addresses = dict(addresses)
+        #: Every saved point's state, by id.
         self.states = dict(states)
+        #: True when the caller named no targets: every point resumes (D8).
         self.resume_all = not targets
+        #: The caller's data for each targeted point, by id.
         self.data: dict[str, Any] = dict(targets or {})
-        self.pending_chains: dict[Address, Any] = dict(pending_chains or {})
+        #: Transfer chains still to run, by the address of the flow agent that runs them.
+        self.pending_chains: dict[Address, PendingChain] = dict(pending_chains or {})
         self._id_by_address = {addr: pid for pid, addr in self.addresses.items()}
         self._state_used: set[str] = set()
         self._data_used: set[str] = set()
@@ -153,7 +226,12 @@ class ResumeState:
 
     @classmethod
     def of(cls, info: InterruptInfo, targets: Mapping[str, Any] | None) -> ResumeState:
-        """The resume state of the interrupt ``info`` (every point below its top)."""
+        """The resume state of the interrupt ``info`` (every point below its top).
+
+        Args:
+            info: the saved interrupt.
+            targets: the caller's data by point id; None or empty resumes every point.
+        """
         top = info.top()
         points = list(top.walk()) if top is not None else []
         state = cls({p.id: p.address for p in points}, {p.id: p.state for p in points},

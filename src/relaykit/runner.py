@@ -9,7 +9,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
 from relaykit._tree import validate_tree
@@ -31,7 +31,7 @@ from relaykit.flow import FlowAgent, as_flow_agent
 from relaykit.interrupts import InterruptInfo, ResumeState, interrupt_of
 from relaykit.messages import Message
 
-__all__ = ["MAX_SUPPORTED_TRANSFERS", "RunResult", "Runner"]
+__all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
 
 logger = logging.getLogger("relaykit")
 #: The largest ``max_transfers`` a Runner accepts: transfers nest the target's stream inside
@@ -39,23 +39,99 @@ logger = logging.getLogger("relaykit")
 MAX_SUPPORTED_TRANSFERS = 250
 
 
+class RunKwargs(TypedDict, total=False):
+    """The keyword options of ``Runner.run``, which ``query`` and ``invoke`` take too (each
+    key is the parameter of the same name; see ``Runner.run``).
+
+    >>> options: RunKwargs = {"session_values": {"user": "ana"}}
+    >>> sorted(options)
+    ['session_values']
+    """
+
+    #: The id to save an interrupted run under.
+    checkpoint_id: str | None
+    #: Session mode (not in this version): must be None.
+    user_id: str | None
+    #: Session mode (not in this version): must be None.
+    session_id: str | None
+    #: Initial session values (the application's own, hence ``Any``).
+    session_values: Mapping[str, Any] | None
+    #: Session mode (not in this version): must be None.
+    state_delta: Mapping[str, Any] | None
+    #: Leave the transfer messages out of the histories agents read.
+    skip_transfer_messages: bool
+
+
+class ResumeKwargs(TypedDict, total=False):
+    """The keyword options of ``Runner.resume``, which ``invoke_resume`` takes too (each key is
+    the parameter of the same name; see ``Runner.resume``).
+
+    >>> options: ResumeKwargs = {"targets": {"point-id": True}}
+    >>> options["targets"]
+    {'point-id': True}
+    """
+
+    #: The caller's answers by interrupt id: application-defined values, hence ``Any``.
+    targets: Mapping[str, Any] | None
+    #: Session mode (not in this version): must be None.
+    user_id: str | None
+    #: Session mode (not in this version): must be None.
+    session_id: str | None
+    #: Values to set on the restored session values before resuming.
+    session_values: Mapping[str, Any] | None
+    #: Session mode (not in this version): must be None.
+    state_delta: Mapping[str, Any] | None
+    #: Leave the transfer messages out of the histories agents read.
+    skip_transfer_messages: bool
+
+
 class Runner:
-    """Runs an agent (tree): ``run``, ``query``, ``resume``.
+    """Runs an agent (tree): ``run``, ``query``, ``resume``, and ``invoke`` /
+    ``invoke_resume`` to run to the end.
 
     With a checkpoint store, an interrupted run is saved (under the ``checkpoint_id`` given to
     ``run``, else a generated one, put on the interrupt event) and ``resume`` continues it in
     any process. A resume claims its checkpoint first, so two resumes of one checkpoint never
     both run (the loser gets ``CheckpointBusyError``), and a resume that completes consumes it.
 
-    >>> runner = Runner(agent, checkpoint_store=InMemoryCheckpointStore())  # doctest: +SKIP
-    >>> async for event in runner.query("hello"): ...  # doctest: +SKIP
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> model = rk.ScriptedModel([rk.Message.assistant("Hello!")])
+    >>> runner = Runner(rk.ChatModelAgent("greeter", model=model))
+    >>> async def main() -> None:
+    ...     async for event in runner.query("hi"):
+    ...         print(event.agent_name, event.message.content)
+    >>> asyncio.run(main())
+    greeter Hello!
+
+    Args:
+        agent: the root agent (a single agent, or the root of a tree). The tree is checked
+            now (unique names, one parent per agent): ``ConfigurationError`` otherwise.
+        app_name: the application's name (sessions are kept per application).
+        streaming: agents stream their model replies (``AgentInput.enable_streaming``).
+        checkpoint_store: where interrupted runs are saved; without one an interrupted run
+            cannot be resumed.
+        session_service: not in this version (the durable Runner's): must be None.
+        plugins: not in this version (the durable Runner's): must be empty.
+        artifact_service: not in this version (the durable Runner's): must be None.
+        memory_service: not in this version (the durable Runner's): must be None.
+        compaction: not in this version (the durable Runner's): must be None.
+        auto_create_session: session mode (not in this version): create a session a run
+            names if it does not exist.
+        save_input_blobs_as_artifacts: session mode (not in this version): save the input's
+            attachments as artifacts.
+        checkpoint_signing_key: sign saved checkpoints (HMAC-SHA256) with this secret and
+            refuse to resume one whose signature is missing or wrong
+            (docs/checkpoints-and-storage.md#d10).
+        max_transfers: the most transfers one run may perform, 0 to
+            ``MAX_SUPPORTED_TRANSFERS`` (docs/errors-and-limits.md#d23).
     """
 
     def __init__(self, agent: Agent, *, app_name: str = "relaykit", streaming: bool = False,
                  checkpoint_store: CheckpointStore | None = None,
-                 session_service: Any = None, plugins: Sequence[Any] = (),
-                 artifact_service: Any = None, memory_service: Any = None,
-                 compaction: Any = None, auto_create_session: bool = True,
+                 session_service: None = None, plugins: Sequence[object] = (),
+                 artifact_service: None = None, memory_service: None = None,
+                 compaction: None = None, auto_create_session: bool = True,
                  save_input_blobs_as_artifacts: bool = False,
                  checkpoint_signing_key: bytes | None = None,
                  max_transfers: int = DEFAULT_MAX_TRANSFERS) -> None:
@@ -82,12 +158,19 @@ class Runner:
                 f"{max_transfers!r} (each transfer runs the target inside the transferring "
                 "agent's stream, so a run cannot nest transfers without bound)")
         validate_tree(agent)
+        #: The root agent, as given.
         self.agent = agent
+        #: The application's name.
         self.app_name = app_name
+        #: Whether agents stream their model replies.
         self.streaming = streaming
+        #: Where interrupted runs are saved (None: they are not).
         self.checkpoint_store = checkpoint_store
+        #: Session mode: create a session a run names if it does not exist.
         self.auto_create_session = auto_create_session
+        #: Session mode: save the input's attachments as artifacts.
         self.save_input_blobs_as_artifacts = save_input_blobs_as_artifacts
+        #: The most transfers one run may perform.
         self.max_transfers = max_transfers
         self._signing_key = checkpoint_signing_key
         self._root: FlowAgent = as_flow_agent(agent)
@@ -103,7 +186,29 @@ class Runner:
 
         With a checkpoint store, an interrupted run is saved under ``checkpoint_id`` (or a
         generated id) before the caller receives the interrupt event, whose
-        ``action.interrupted.checkpoint_id`` says where.
+        ``action.interrupted.checkpoint_id`` says where. Failures while the run goes on are
+        error events, never exceptions (docs/errors-and-limits.md#d9).
+
+        Args:
+            messages: the run's input.
+            checkpoint_id: the id to save an interrupted run under (needs a checkpoint
+                store); a generated one by default.
+            user_id: session mode (not in this version): must be None.
+            session_id: session mode (not in this version): must be None.
+            session_values: initial session values, visible to every agent (the application's
+                own values, hence ``Any``).
+            state_delta: session mode (not in this version): must be None.
+            skip_transfer_messages: leave the ``transfer_to_agent`` messages out of the
+                histories agents read (docs/trees-and-transfer.md#d5).
+
+        >>> import asyncio
+        >>> import relaykit as rk
+        >>> runner = Runner(rk.ChatModelAgent(
+        ...     "greeter", model=rk.ScriptedModel([rk.Message.assistant("Hello!")])))
+        >>> async def main() -> list[str]:
+        ...     return [ev.agent_name async for ev in runner.run([rk.Message.user("hi")])]
+        >>> asyncio.run(main())
+        ['greeter']
         """
         if checkpoint_id is not None:
             if self.checkpoint_store is None:
@@ -119,8 +224,13 @@ class Runner:
             ctx.history.values.update(session_values)
         return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
 
-    def query(self, text: str, **options: Any) -> AsyncIterator[AgentEvent]:
-        """``run([Message.user(text)], **options)``."""
+    def query(self, text: str, **options: Unpack[RunKwargs]) -> AsyncIterator[AgentEvent]:
+        """``run([Message.user(text)], **options)``; see the class example.
+
+        Args:
+            text: the user's message.
+            **options: the keyword options of ``run``.
+        """
         return self.run([Message.user(text)], **options)
 
     def resume(self, checkpoint_id: str | None = None, *,
@@ -138,6 +248,20 @@ class Runner:
         ``CheckpointStoreError``, ``SerializationError`` or ``ResumeTargetError``. A resume
         that completes deletes the checkpoint; one that interrupts again replaces it; one the
         caller stops early leaves it in place (D21).
+
+        Args:
+            checkpoint_id: the id the run was saved under (``InterruptInfo.checkpoint_id``).
+                Required: ``ConfigurationError`` without it.
+            targets: the caller's answers by interrupt id (``InterruptContext.id``): the data
+                each point's agent reads as ``ResumeInfo.resume_data`` (application-defined,
+                hence ``Any``; docs/interrupts-and-resume.md#d8).
+            user_id: session mode (not in this version): must be None.
+            session_id: session mode (not in this version): must be None.
+            session_values: values to set on the restored session values before resuming.
+            state_delta: session mode (not in this version): must be None.
+            skip_transfer_messages: as for ``run``.
+
+        See ``invoke_resume`` for an example.
         """
         if self.checkpoint_store is None:
             raise ConfigurationError("resume() needs a checkpoint store: "
@@ -149,31 +273,62 @@ class Runner:
         return self._resume(checkpoint_id, dict(targets or {}), session_values,
                             skip_transfer_messages)
 
-    async def invoke(self, messages: str | Sequence[Message], **options: Any) -> RunResult:
+    async def invoke(self, messages: str | Sequence[Message],
+                     **options: Unpack[RunKwargs]) -> RunResult:
         """Run to the end and return the result (the event stream, collected).
 
-        ``messages`` is a text (one user message) or a list of messages; ``options`` are those
-        of ``run``. An interrupted run returns with ``interrupt`` set (not an error); a run
-        whose last agent event is an error raises ``AgentRunError`` naming the agent, with the
-        original exception as ``__cause__``.
+        An interrupted run returns with ``interrupt`` set (not an error); a run whose last
+        agent event is an error raises ``AgentRunError`` naming the agent, with the original
+        exception as ``__cause__``.
 
-        >>> result = await runner.invoke("What is the weather in Paris?")  # doctest: +SKIP
-        >>> result.output.content  # doctest: +SKIP
+        Args:
+            messages: a text (one user message) or a list of messages.
+            **options: the keyword options of ``run``.
+
+        >>> import asyncio
+        >>> import relaykit as rk
+        >>> model = rk.ScriptedModel([rk.Message.assistant("It is sunny in Paris.")])
+        >>> runner = Runner(rk.ChatModelAgent("weather", model=model))
+        >>> result = asyncio.run(runner.invoke("What is the weather in Paris?"))
+        >>> result.output.content
         'It is sunny in Paris.'
         """
         msgs = [Message.user(messages)] if isinstance(messages, str) else messages
         return await _collect(self.run(msgs, **options))
 
-    async def invoke_resume(self, checkpoint_id: str | None = None, **options: Any
-                            ) -> RunResult:
+    async def invoke_resume(self, checkpoint_id: str | None = None,
+                            **options: Unpack[ResumeKwargs]) -> RunResult:
         """``resume`` run to the end, as ``invoke`` does for ``run``.
 
-        >>> result = await runner.invoke_resume(cid, targets={point_id: True})  # doctest: +SKIP
+        Args:
+            checkpoint_id: the id the run was saved under (``RunResult.checkpoint_id``).
+            **options: the keyword options of ``resume``.
+
+        >>> import asyncio
+        >>> import relaykit as rk
+        >>> class Approval(rk.BaseAgent):
+        ...     async def run(self, ctx, input, **options):
+        ...         yield rk.interrupt(ctx, "approve the payment?")
+        ...     async def resume(self, ctx, info, **options):
+        ...         answer = "paid" if info.resume_data else "cancelled"
+        ...         yield rk.AgentEvent.from_message(rk.Message.assistant(answer))
+        >>> runner = Runner(Approval("approver"), checkpoint_store=rk.InMemoryCheckpointStore())
+        >>> async def main() -> str | None:
+        ...     paused = await runner.invoke("pay 10 EUR")
+        ...     assert paused.interrupt is not None and paused.checkpoint_id is not None
+        ...     point = paused.interrupt.contexts[0]
+        ...     print(point.info)
+        ...     done = await runner.invoke_resume(paused.checkpoint_id, targets={point.id: True})
+        ...     return done.output.content if done.output else None
+        >>> asyncio.run(main())
+        approve the payment?
+        'paid'
         """
         return await _collect(self.resume(checkpoint_id, **options))
 
     @staticmethod
-    def _reject_session_options(user_id: Any, session_id: Any, state_delta: Any) -> None:
+    def _reject_session_options(user_id: object, session_id: object,
+                                state_delta: object) -> None:
         if user_id is not None or session_id is not None or state_delta is not None:
             raise ConfigurationError("user_id, session_id and state_delta need a session "
                                      "service, which this version does not include yet")
@@ -284,7 +439,15 @@ class Runner:
 
 @dataclass(slots=True)
 class RunResult:
-    """What ``Runner.invoke`` returns: the run's answer and everything it delivered."""
+    """What ``Runner.invoke`` returns: the run's answer and everything it delivered.
+
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> agent = rk.ChatModelAgent("greeter", model=rk.ScriptedModel([rk.Message.assistant("Hi")]))
+    >>> result = asyncio.run(Runner(agent).invoke("hello"))
+    >>> result.output.content, len(result.events), result.interrupt
+    ('Hi', 1, None)
+    """
 
     #: The message of the last delivered event that has one (streams are collected).
     output: Message | None

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast, overload
 
 from relaykit._aio import closing, ended_with, must_propagate
-from relaykit.agent import Agent, AgentInput
+from relaykit.agent import Agent, AgentInput, ResumableAgent
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
@@ -20,8 +20,13 @@ __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
 @register_type("relaykit.DeterministicTransferState")
 @dataclass(slots=True)
 class DeterministicTransferState:
-    """What a wrapper around a flow agent saves when it interrupts: the isolated history."""
+    """What a wrapper around a flow agent saves when it interrupts: the isolated history.
 
+    >>> DeterministicTransferState().events
+    []
+    """
+
+    #: The events the wrapped flow agent's run recorded so far (its isolated history).
     events: list[AgentEvent] = field(default_factory=list)
 
 
@@ -76,7 +81,8 @@ class _DeterministicTransfer:
                 yield ev
 
     async def _isolated(self, ctx: RunContext, saved: list[AgentEvent],
-                        start: Any) -> AsyncIterator[AgentEvent]:
+                        start: Callable[[RunContext], AsyncIterator[AgentEvent]]
+                        ) -> AsyncIterator[AgentEvent]:
         """DT-09: the flow agent sees the root input and its own history, shares the values;
         its events are recorded into the parent history too (once, here)."""
         isolated = RunHistory(ctx.history.values, [RecordedEvent(e) for e in saved])
@@ -122,7 +128,9 @@ class _ResumableDeterministicTransfer(_DeterministicTransfer):
                 return _error("invalid interrupt state for flowAgent resume in deterministic "
                               f"transfer: got {type(state).__name__}")
             return self._isolated(ctx, state.events, lambda c: agent.resume(c, info, **options))
-        return self._forward(agent.resume(ctx.derive(flow=None), info, **options))  # type: ignore[attr-defined]
+        # This class wraps only agents that have ``resume`` (with_deterministic_transfer).
+        resumable = cast(ResumableAgent, agent)
+        return self._forward(resumable.resume(ctx.derive(flow=None), info, **options))
 
 
 async def _error(message: str) -> AsyncIterator[AgentEvent]:
@@ -131,11 +139,37 @@ async def _error(message: str) -> AsyncIterator[AgentEvent]:
     yield AgentEvent(error=ConfigurationError(message))
 
 
+@overload
+def with_deterministic_transfer(agent: ResumableAgent,
+                                to_agent_names: Sequence[str]) -> ResumableAgent: ...
+
+
+@overload
+def with_deterministic_transfer(agent: Agent, to_agent_names: Sequence[str]) -> Agent: ...
+
+
 def with_deterministic_transfer(agent: Agent, to_agent_names: Sequence[str]) -> Agent:
     """Wrap ``agent`` so that, when it finishes normally, control goes to ``to_agent_names``
     in order (a chain, D3). The result is resumable exactly when ``agent`` is.
 
-    >>> worker = with_deterministic_transfer(worker, ["supervisor"])  # doctest: +SKIP
+    An agent that ends with an error, an exit or an interrupt does not transfer
+    (docs/trees-and-transfer.md#d1). The wrapper takes the agent's name and description; put
+    it in the tree in the agent's place.
+
+    Args:
+        agent: the agent to wrap (a flow agent, with children, runs in an isolated history).
+        to_agent_names: the agents to transfer to, in order; each must be a child or the
+            parent of the wrapper in its tree.
+
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> class Say(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} here"))
+    >>> worker = with_deterministic_transfer(Say("worker"), ["reviewer"])
+    >>> result = asyncio.run(rk.Runner(rk.set_sub_agents(worker, [Say("reviewer")])).invoke("go"))
+    >>> [ev.agent_name for ev in result.events], result.output.content
+    (['worker', 'worker', 'worker', 'reviewer'], 'reviewer here')
     """
     if hasattr(agent, "resume"):
         return _ResumableDeterministicTransfer(agent, to_agent_names)
