@@ -1,10 +1,10 @@
-"""Exact prompt texts and built-in tool specs (eino-reference §7.4–7.5) and placeholders (D16)."""
+"""Exact prompt texts and built-in tool specs (Eino's wording) and instruction placeholders
+(docs/llm-agents-and-tools.md#d16)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from relaykit.events import TRANSFER_TOOL_NAME
 from relaykit.models.base import ToolSpec
@@ -13,7 +13,7 @@ __all__ = ["EXIT_TOOL", "fill_instruction", "transfer_instruction", "transfer_to
 
 
 def transfer_tool_spec(agent_names: Sequence[str]) -> ToolSpec:
-    """The ``transfer_to_agent`` spec (§7.4) whose ``agent_name`` may only be one of
+    """The ``transfer_to_agent`` spec whose ``agent_name`` may only be one of
     ``agent_names`` (a JSON-schema ``enum``, D22): a model that honours the schema cannot name
     an agent that does not exist.
 
@@ -53,7 +53,11 @@ _TRANSFER_TEMPLATE = (
 
 
 def transfer_instruction(targets: Sequence[tuple[str, str]]) -> str:
-    """The instruction listing each transfer target's name and description."""
+    """The instruction listing each transfer target's name and description.
+
+    >>> print(transfer_instruction([("billing", "answers invoices")]).splitlines()[1])
+    - Agent name: billing
+    """
     listing = "".join(f"\n- Agent name: {name}\n  Agent description: {description}"
                       for name, description in targets)
     return _TRANSFER_TEMPLATE.format(agents=listing)
@@ -68,7 +72,7 @@ class MissingPlaceholderError(KeyError):
     """An instruction placeholder without a value."""
 
 
-def fill_instruction(template: str, values: Mapping[str, Any], agent_name: str) -> str:
+def fill_instruction(template: str, values: Mapping[str, object], agent_name: str) -> str:
     """D16: ``{key}`` → ``str(value)``; ``{key?}`` → ``""`` when missing; ``{{key}}`` → the
     literal ``{key}``. Every other brace stays exactly as written, so a JSON example (nested
     objects ending in ``}}`` included) reaches the model unchanged.

@@ -1,11 +1,10 @@
-"""AgentTool: an agent used as a tool, with its own run history and checkpoint scope (§8)."""
+"""AgentTool: an agent used as a tool, with its own run history and checkpoint scope."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
@@ -23,7 +22,7 @@ from relaykit.tools.function import ToolInterrupt
 
 __all__ = ["AgentTool", "AgentToolState"]
 
-_DEFAULT_PARAMETERS: dict[str, Any] = {
+_DEFAULT_PARAMETERS: dict[str, object] = {
     "type": "object",
     "properties": {"request": {"type": "string", "description": "request to be processed"}},
     "required": ["request"],
@@ -33,8 +32,17 @@ _DEFAULT_PARAMETERS: dict[str, Any] = {
 @register_type("relaykit.AgentToolState")
 @dataclass(slots=True)
 class AgentToolState:
-    """What an interrupted agent tool saves: the inner run's checkpoint."""
+    """What an interrupted agent tool saves: the inner run's checkpoint (its
+    ``ToolInterrupt`` state).
 
+    >>> from relaykit.interrupts import interrupt
+    >>> ctx = RunContext.new()
+    >>> state = AgentToolState(Checkpoint.of(ctx, interrupt(ctx, "ok?").action.interrupted))
+    >>> state.checkpoint.interrupt_data
+    'ok?'
+    """
+
+    #: The inner run, as the Runner would save it (input, history, values, interrupt).
     checkpoint: Checkpoint
 
 
@@ -42,19 +50,40 @@ class AgentTool:
     """An agent as a tool: the inner agent runs with its own history (sharing session values);
     its exit / transfer / break-loop stay inside; its interrupts surface through the tool.
 
-    >>> research = AgentTool(researcher)  # doctest: +SKIP
-    >>> lead = ChatModelAgent("lead", model=m, tools=[research])  # doctest: +SKIP
+    The tool's result is the text of the inner run's last message.
+
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> researcher = rk.ChatModelAgent("researcher", "finds facts", model=rk.ScriptedModel(
+    ...     [Message.assistant("Paris has 2.1 million inhabitants.")]))
+    >>> lead = rk.ChatModelAgent("lead", model=rk.ScriptedModel([
+    ...     Message.assistant("", [rk.ToolCall("c1", "researcher", '{"request": "Paris?"}')]),
+    ...     Message.assistant("About 2.1 million.")]), tools=[AgentTool(researcher)])
+    >>> result = asyncio.run(rk.Runner(lead).invoke("How many people live in Paris?"))
+    >>> [ev.message.content for ev in result.events if ev.output]
+    ['', 'Paris has 2.1 million inhabitants.', 'About 2.1 million.']
+
+    Args:
+        agent: the inner agent; it needs a name (the tool's name) and a description (the
+            tool's description).
+        full_chat_history_as_input: give the inner agent the calling agent's conversation
+            (rewritten as context) instead of the ``request`` argument.
+        input_schema: the JSON schema of the tool's arguments; the inner agent then receives
+            the arguments as JSON text. By default the tool takes one string, ``request``.
     """
 
     def __init__(self, agent: Agent, full_chat_history_as_input: bool = False,
-                 input_schema: dict[str, Any] | None = None) -> None:
+                 input_schema: dict[str, object] | None = None) -> None:
         if not agent.name:
             raise ConfigurationError("agent tool requires an agent with a non-empty name")
         if not agent.description:
             raise ConfigurationError(
                 f"agent tool requires a non-empty description (agent {agent.name!r})")
+        #: The inner agent.
         self.agent = agent
+        #: Whether the inner agent receives the caller's conversation.
         self.full_chat_history_as_input = full_chat_history_as_input
+        #: The arguments' JSON schema, when not the default ``{"request": string}``.
         self.input_schema = input_schema
         self._flow: FlowAgent = agent if isinstance(agent, FlowAgent) else as_flow_agent(agent)
         self._spec = ToolSpec(agent.name, agent.description,
@@ -73,7 +102,7 @@ class AgentTool:
     def __repr__(self) -> str:
         return f"AgentTool({self.agent!r})"
 
-    def _input(self, ctx: ToolContext, arguments: dict[str, Any]) -> list[Message]:
+    def _input(self, ctx: ToolContext, arguments: dict[str, object]) -> list[Message]:
         if self.full_chat_history_as_input:
             caller = ctx.run_context.run_path[-1].agent_name if ctx.run_context.run_path else ""
             out: list[Message] = []
@@ -90,8 +119,13 @@ class AgentTool:
             raise ToolError(f"agent tool '{self.agent.name}' needs a string argument 'request'")
         return [Message.user(request)]
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
-        """Run (or resume) the inner agent; the result is the text of its last message."""
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
+        """Run (or resume) the inner agent; the result is the text of its last message.
+
+        Args:
+            ctx: the call's context (on a resume, the inner run's saved checkpoint).
+            arguments: ``{"request": <text>}``, or arguments of ``input_schema``.
+        """
         outer = ctx.run_context
         streaming = outer.root_input.enable_streaming if outer.root_input else False
         state = ctx.interrupt_state if ctx.was_interrupted else None
@@ -115,7 +149,7 @@ class AgentTool:
             gen = self._flow.run(inner, root_input)
         return await self._consume(inner, gen)
 
-    async def _consume(self, inner: RunContext, gen: AsyncIterator[AgentEvent]) -> Any:
+    async def _consume(self, inner: RunContext, gen: AsyncIterator[AgentEvent]) -> str:
         last: AgentEvent | None = None
         what = f"agent tool '{self.agent.name}'"
         try:

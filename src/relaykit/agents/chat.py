@@ -1,4 +1,4 @@
-"""ChatModelAgent: an LLM agent with a ReAct tool loop (eino-reference §7)."""
+"""ChatModelAgent: an LLM agent with a ReAct tool loop (docs/llm-agents-and-tools.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic_core import to_jsonable_python
 
@@ -33,6 +33,7 @@ from relaykit.events import (
     TRANSFER_TOOL_NAME,
     AgentAction,
     AgentEvent,
+    AgentInput,
     AgentOutput,
     TransferToAgentAction,
 )
@@ -67,19 +68,32 @@ tool (or exhausting the interpreter's recursion limit while they are parsed)."""
 @register_type("relaykit.ToolCallResult")
 @dataclass(slots=True)
 class ToolCallResult:
-    """A finished tool call: its tool message and the action the tool attached."""
+    """A finished tool call: its tool message and the action the tool attached.
 
+    >>> ToolCallResult(Message.tool("42", tool_call_id="call_1", tool_name="add")).is_error
+    False
+    """
+
+    #: The tool message answering the call (the result, or ``error: ...``).
     message: Message
+    #: The action the tool attached (``ToolContext.set_action``), if any.
     action: AgentAction | None = None
+    #: True when the call failed and the model receives ``error: ...`` (D15).
     is_error: bool = False
 
 
 @register_type("relaykit.PendingToolCall", exclude=("point",))
 @dataclass(slots=True)
 class PendingToolCall:
-    """An interrupted tool call: what it said and what it saved."""
+    """An interrupted tool call: what it said and what it saved.
 
+    >>> PendingToolCall({"question": "approve?"}).info
+    {'question': 'approve?'}
+    """
+
+    #: What the tool's ``ToolInterrupt`` told the caller (application-defined, hence ``Any``).
     info: Any = None
+    #: What the tool's ``ToolInterrupt`` saved (application-defined, hence ``Any``).
     state: Any = None
     # Its interrupt point, until the agent's composite interrupt collects it (not saved: the
     # checkpoint saves the whole tree).
@@ -89,13 +103,25 @@ class PendingToolCall:
 @register_type("relaykit.ChatModelAgentState")
 @dataclass(slots=True)
 class ChatModelAgentState:
-    """A ChatModelAgent paused in a tool batch (its interrupt state)."""
+    """A ChatModelAgent paused in a tool batch (its interrupt state).
 
+    >>> call = ToolCall("call_1", "approve", "{}")
+    >>> state = ChatModelAgentState([Message.assistant("", [call])], [call])
+    >>> state.pending, state.remaining_iterations
+    ({}, 0)
+    """
+
+    #: The conversation so far, ending with the model reply whose calls are running.
     messages: list[Message]
+    #: The calls of that reply, in the model's order.
     calls: list[ToolCall]
+    #: The finished calls' results, by tool-call id (not run again on resume).
     results: dict[str, ToolCallResult] = field(default_factory=dict)
+    #: The interrupted calls, by tool-call id.
     pending: dict[str, PendingToolCall] = field(default_factory=dict)
+    #: The model calls the agent may still make (``max_iterations`` minus those made).
     remaining_iterations: int = 0
+    #: The id of the call whose result ends the agent's turn (``return_directly``), if any.
     return_directly_call: str | None = None
 
 
@@ -112,7 +138,7 @@ class _TransferTool:
         self._targets = frozenset(targets)
         self._error = f"valid agents: {', '.join(targets)}"
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
         name = arguments.get("agent_name")
         if not isinstance(name, str) or not name:
             raise ToolError("transfer_to_agent needs a string argument 'agent_name'")
@@ -126,7 +152,7 @@ class _ExitTool:
     spec = EXIT_TOOL
     name = EXIT_TOOL.name
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
         result = arguments.get("final_result")
         if not isinstance(result, str):
             raise ToolError("exit needs a string argument 'final_result'")
@@ -225,7 +251,7 @@ class _ReplyStream(MessageStream):
 
 
 # -- tool-call arguments and results -----------------------------------------------------------
-def _parse_arguments(call: ToolCall) -> dict[str, Any] | ToolCallResult:
+def _parse_arguments(call: ToolCall) -> dict[str, object] | ToolCallResult:
     """The call's JSON arguments as a dict, or the ``error: ...`` result for the model (D15)."""
     text = call.arguments
     if not text or text.isspace():
@@ -263,7 +289,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
-def _result_text(call: ToolCall, result: Any) -> str:
+def _result_text(call: ToolCall, result: object) -> str:
     """A tool's return value as the tool message's content: a ``str`` as is, anything else as
     JSON. A value that cannot be JSON is the tool failing (``SerializationError``): the model
     must never receive invalid JSON, nor a silent ``str()`` of an unknown object."""
@@ -285,17 +311,17 @@ def _result_text(call: ToolCall, result: Any) -> str:
 
 
 class _NotJSONable(Exception):
-    def __init__(self, value: Any) -> None:
+    def __init__(self, value: object) -> None:
         super().__init__(type(value).__qualname__)
         self.value = value
 
 
-def _not_jsonable(value: Any) -> Any:
+def _not_jsonable(value: object) -> NoReturn:
     """pydantic's fallback for a value it does not know: refuse it (never ``str()`` it)."""
     raise _NotJSONable(value)
 
 
-def _non_finite(value: Any) -> str | None:
+def _non_finite(value: object) -> str | None:
     """``float NaN`` / ``float infinity`` for the first non-finite float in a JSON-able
     ``value``, else None."""
     stack = [value]
@@ -333,8 +359,37 @@ class ChatModelAgent:
     A transfer must name one of the agent's targets: any other name goes back to the model
     (D22).
 
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> @rk.tool
+    ... def get_weather(city: str) -> str:
+    ...     '''The weather in a city.'''
+    ...     return f"It is sunny in {city}."
+    >>> model = rk.ScriptedModel([
+    ...     Message.assistant("", [ToolCall("call_1", "get_weather", '{"city": "Paris"}')]),
+    ...     Message.assistant("Sunny in Paris.")])
     >>> agent = ChatModelAgent("helper", "answers questions", instruction="Be brief.",
-    ...                        model=ScriptedModel([Message.assistant("Hi!")]))  # doctest: +SKIP
+    ...                        model=model, tools=[get_weather])
+    >>> result = asyncio.run(rk.Runner(agent).invoke("Weather in Paris?"))
+    >>> [(ev.output.role, ev.message.content) for ev in result.events if ev.output]
+    [('assistant', ''), ('tool', 'It is sunny in Paris.'), ('assistant', 'Sunny in Paris.')]
+
+    Args:
+        name: the agent's name, unique in its tree; must not be empty.
+        description: what the agent does (an LLM agent that may transfer to it reads it).
+        instruction: the system message. ``{key}`` placeholders take session values,
+            ``{key?}`` is empty when the value is missing, ``{{key}}`` is a literal
+            (docs/llm-agents-and-tools.md#d16).
+        model: the chat model to call; required (``ConfigurationError`` without one).
+        tools: the tools the model may call; unique names, none of ``RESERVED_TOOL_NAMES``
+            except the built-in tools themselves (``relaykit.exit_loop``).
+        max_iterations: the most model calls in one turn; the next one raises
+            ``MaxIterationsError`` (an error event). 0 or less means the default, 20.
+        output_key: save the agent's final answer in this session value.
+        return_directly: names of tools whose result ends the agent's turn (the result is the
+            agent's answer instead of a new model call).
+        exit_tool: offer the built-in ``exit`` tool: the model ends the enclosing flow with a
+            final result.
     """
 
     def __init__(self, name: str, description: str = "", instruction: str = "",
@@ -346,14 +401,23 @@ class ChatModelAgent:
             raise ConfigurationError("ChatModelAgent needs a non-empty name")
         if model is None:
             raise ConfigurationError(f"ChatModelAgent {name!r} needs a model")
+        #: The agent's name.
         self.name = name
+        #: What the agent does.
         self.description = description
+        #: The system message template.
         self.instruction = instruction
+        #: The chat model the agent calls.
         self.model: ChatModel = model
+        #: The tools the model may call.
         self.tools = list(tools)
+        #: The most model calls in one turn.
         self.max_iterations = max_iterations if max_iterations > 0 else 20
+        #: The session value the final answer is saved under, if any.
         self.output_key = output_key
+        #: Names of tools whose result ends the agent's turn.
         self.return_directly = frozenset(return_directly)
+        #: Whether the built-in ``exit`` tool is offered.
         self.exit_tool = exit_tool
         names = [t.spec.name for t in self.tools]
         duplicates = {n for n in names if names.count(n) > 1}
@@ -413,13 +477,27 @@ class ChatModelAgent:
         return Message("system", filled + prepared.instruction[len(base):])
 
     # -- run / resume ----------------------------------------------------------------------
-    def run(self, ctx: RunContext, input: Any, **options: Any) -> AsyncIterator[AgentEvent]:
-        """Run the tool loop on ``input.messages`` (with the instruction as system message)."""
+    def run(self, ctx: RunContext, input: AgentInput,
+            **options: Any) -> AsyncIterator[AgentEvent]:
+        """Run the tool loop on ``input.messages`` (with the instruction as system message).
+
+        Args:
+            ctx: where the agent runs; its ``flow`` gives the transfer targets.
+            input: the conversation (the agent appends to this list) and whether to stream.
+            **options: per-run options (none used by this agent).
+        """
         return self._loop(ctx, input, self.max_iterations, bool(input.enable_streaming), None)
 
     def resume(self, ctx: RunContext, info: ResumeInfo,
                **options: Any) -> AsyncIterator[AgentEvent]:
-        """Continue the tool batch that was interrupted; finished calls are not run again."""
+        """Continue the tool batch that was interrupted; finished calls are not run again.
+
+        Args:
+            ctx: where the agent runs; its ``resume_state`` says which calls are targets.
+            info: the agent's own resume; ``interrupt_state`` must be the
+                ``ChatModelAgentState`` it saved (``ConfigurationError`` otherwise).
+            **options: per-run options (none used by this agent).
+        """
         state = info.interrupt_state
         if not isinstance(state, ChatModelAgentState):
             raise ConfigurationError(
@@ -427,13 +505,15 @@ class ChatModelAgent:
                 f"state of type {type(state).__name__}")
         return self._loop(ctx, None, state.remaining_iterations, info.enable_streaming, state)
 
-    async def _loop(self, ctx: RunContext, input: Any, remaining: int, streaming: bool,
+    async def _loop(self, ctx: RunContext, input: AgentInput | None, remaining: int,
+                    streaming: bool,
                     paused: ChatModelAgentState | None) -> AsyncIterator[AgentEvent]:
         prepared = self._prepare(ctx)
         if paused is not None:
             messages = paused.messages
         else:
             system = self._system_message(ctx, prepared)
+            assert input is not None  # run() passes the input; resume() the paused state
             # The framework hands each agent a fresh message list of its own (AgentInput).
             messages = input.messages
             if system is not None:

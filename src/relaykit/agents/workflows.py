@@ -1,4 +1,4 @@
-"""Workflow agents: sequential, parallel and loop (eino-reference §9, D7, D17)."""
+"""Workflow agents: sequential, parallel and loop (docs/workflows.md)."""
 
 from __future__ import annotations
 
@@ -20,35 +20,50 @@ __all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "Sequenti
            "SequentialState"]
 
 Mode = Literal["sequential", "parallel", "loop"]
+"""How a workflow runs its sub-agents."""
 
 
 @register_type("relaykit.SequentialState")
 @dataclass(slots=True)
 class SequentialState:
-    """Where a sequential workflow was interrupted."""
+    """Where a sequential workflow was interrupted (its interrupt state).
 
+    >>> SequentialState(1).index
+    1
+    """
+
+    #: The position of the interrupted sub-agent (0-based); the resume continues there.
     index: int
 
 
 @register_type("relaykit.LoopState")
 @dataclass(slots=True)
 class LoopState:
-    """Where a loop workflow was interrupted: iteration and sub-agent index."""
+    """Where a loop workflow was interrupted: iteration and sub-agent index.
 
+    >>> LoopState(iteration=2, index=0)
+    LoopState(iteration=2, index=0)
+    """
+
+    #: The iteration (0-based) the loop was in.
     iteration: int
+    #: The position of the interrupted sub-agent (0-based) in that iteration.
     index: int
 
 
 @register_type("relaykit.ParallelState")
 @dataclass(slots=True)
 class ParallelState:
-    """A parallel workflow's interrupted branches and every branch's events so far."""
+    """A parallel workflow's interrupted branches and every branch's events so far.
 
+    >>> ParallelState({"web": [], "docs": []}, ["docs"]).interrupted
+    ['docs']
+    """
+
+    #: Each branch's recorded events so far, by sub-agent name (its history lane).
     lane_events: dict[str, list[AgentEvent]] = field(default_factory=dict)
+    #: The sub-agents whose branch interrupted, in sub-agent order: they resume.
     interrupted: list[str] = field(default_factory=list)
-
-
-
 
 
 def _child_resume(ctx: RunContext, sub: FlowAgent, info: ResumeInfo) -> ResumeInfo:
@@ -136,12 +151,12 @@ class _Workflow:
                     return
                 if last is not None and last.action is not None:
                     if interrupt_of(last) is not None:
-                        state: Any = (LoopState(iteration, index) if loop
-                                      else SequentialState(index))
+                        state: LoopState | SequentialState = (
+                            LoopState(iteration, index) if loop else SequentialState(index))
                         label = "Loop" if loop else "Sequential"
                         event = composite_interrupt(ctx, f"{label} workflow interrupted", state,
                                                     last)
-                        # Reported as the interrupted child's event (eino-reference §9.2).
+                        # Reported as the interrupted child's event (as Eino does).
                         event.agent_name, event.run_path = last.agent_name, last.run_path
                         yield event
                         return
@@ -266,6 +281,7 @@ class _WorkflowAgent(FlowAgent):
     """A flow agent whose agent is a workflow over its sub-agents."""
 
     builds_own_input = True
+    #: How the workflow runs its sub-agents (set by each subclass).
     mode: Mode = "sequential"
 
     def __init__(self, name: str, sub_agents: Sequence[Agent], *, description: str = "",
@@ -296,22 +312,39 @@ class _WorkflowAgent(FlowAgent):
             sub.parent = self
         self.sub_agents = subs
         workflow.sub_agents = subs
+        #: Loops only: the most rounds (0 = until a break).
         self.max_iterations = max_iterations
 
 
 class SequentialAgent(_WorkflowAgent):
     """Runs its sub-agents one after another; each sees the earlier ones' output.
 
-    An error event from a sub-agent stops the workflow (D17); an interrupt pauses it, and the
-    resume continues with the interrupted sub-agent.
+    An error event from a sub-agent stops the workflow (docs/workflows.md#d17); an interrupt
+    pauses it, and the resume continues with the interrupted sub-agent.
 
-    >>> pipeline = SequentialAgent("pipeline", [draft, review])  # doctest: +SKIP
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> class Say(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} done"))
+    >>> pipeline = SequentialAgent("pipeline", [Say("draft"), Say("review")])
+    >>> result = asyncio.run(rk.Runner(pipeline).invoke("write"))
+    >>> [ev.message.content for ev in result.events]
+    ['draft done', 'review done']
     """
 
     mode: Mode = "sequential"
 
     def __init__(self, name: str, sub_agents: Sequence[Agent], *,
                  description: str = "") -> None:
+        """Build the workflow and make ``sub_agents`` its children.
+
+        Args:
+            name: the workflow's name, unique in its tree (it appears in run paths).
+            sub_agents: the agents to run, in order; each becomes a child that may not
+                transfer to the workflow.
+            description: what the workflow does (a parent LLM agent reads it).
+        """
         super().__init__(name, sub_agents, description=description)
 
 
@@ -325,13 +358,29 @@ class ParallelAgent(_WorkflowAgent):
     ``parallel branch '<name>' ended with ...`` ends the run. Cancelling or closing the
     consumer cancels and awaits every branch too; no task is left behind.
 
-    >>> fan_out = ParallelAgent("research", [web, docs])  # doctest: +SKIP
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> class Say(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} done"))
+    >>> fan_out = ParallelAgent("research", [Say("web"), Say("docs")])
+    >>> result = asyncio.run(rk.Runner(fan_out).invoke("search"))
+    >>> sorted(ev.message.content for ev in result.events)
+    ['docs done', 'web done']
     """
 
     mode: Mode = "parallel"
 
     def __init__(self, name: str, sub_agents: Sequence[Agent], *,
                  description: str = "") -> None:
+        """Build the workflow and make ``sub_agents`` its children.
+
+        Args:
+            name: the workflow's name, unique in its tree (it appears in run paths).
+            sub_agents: the agents to run concurrently; each becomes a child that may not
+                transfer to the workflow.
+            description: what the workflow does (a parent LLM agent reads it).
+        """
         super().__init__(name, sub_agents, description=description)
 
 
@@ -339,12 +388,30 @@ class LoopAgent(_WorkflowAgent):
     """Runs its sub-agents in order, again and again, until ``max_iterations`` rounds
     (0 = no limit) or a sub-agent's ``BreakLoopAction`` (an LLM agent calls ``exit_loop``).
 
-    >>> refine = LoopAgent("refine", [writer, critic], max_iterations=3)  # doctest: +SKIP
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> class Say(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.from_message(rk.Message.assistant(self.name))
+    >>> refine = LoopAgent("refine", [Say("writer"), Say("critic")], max_iterations=2)
+    >>> result = asyncio.run(rk.Runner(refine).invoke("draft"))
+    >>> [ev.message.content for ev in result.events]
+    ['writer', 'critic', 'writer', 'critic']
     """
 
     mode: Mode = "loop"
 
     def __init__(self, name: str, sub_agents: Sequence[Agent], *, max_iterations: int = 0,
                  description: str = "") -> None:
+        """Build the workflow and make ``sub_agents`` its children.
+
+        Args:
+            name: the workflow's name, unique in its tree (it appears in run paths).
+            sub_agents: the agents to run, in order, each round; each becomes a child that
+                may not transfer to the workflow.
+            max_iterations: the most rounds; 0 (the default) runs until a sub-agent breaks
+                the loop. Must be an int >= 0 (``ConfigurationError`` otherwise).
+            description: what the workflow does (a parent LLM agent reads it).
+        """
         super().__init__(name, sub_agents, description=description,
                          max_iterations=max_iterations)

@@ -1,6 +1,6 @@
 """Checkpoint stores: where the Runner saves interrupted runs (bytes under an id)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relaykit.checkpoints.base import CheckpointStore, InMemoryCheckpointStore
 from relaykit.checkpoints.document import Checkpoint
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 __all__ = ["Checkpoint", "CheckpointStore", "DatabaseCheckpointStore", "InMemoryCheckpointStore"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "type[DatabaseCheckpointStore]":
     """The database store loads SQLAlchemy on first use only."""
     if name == "DatabaseCheckpointStore":
         from relaykit.checkpoints.database import DatabaseCheckpointStore

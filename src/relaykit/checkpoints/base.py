@@ -26,6 +26,7 @@ __all__ = [
 
 #: Seconds a claim lasts unless renewed (the Runner renews every third of it while it runs).
 DEFAULT_CLAIM_TTL = 300.0
+#: The longest checkpoint id, in characters.
 MAX_CHECKPOINT_ID_LENGTH = 255
 
 
@@ -56,7 +57,11 @@ def validate_checkpoint_id(checkpoint_id: object) -> str:
 
 
 def check_data(data: object) -> bytes:
-    """``data`` as bytes, or ``TypeError`` (stores only keep bytes)."""
+    """``data`` as bytes, or ``TypeError`` (stores only keep bytes).
+
+    >>> check_data(bytearray(b"doc"))
+    b'doc'
+    """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"checkpoint data must be bytes, not {type(data).__name__}")
     return bytes(data)
@@ -68,6 +73,11 @@ class CheckpointStore(Protocol):
 
     Every method validates the id first (``validate_checkpoint_id``) and reports storage
     failures as ``CheckpointStoreError`` (never a raw driver error, never stored content).
+    Stores may also have a ``claim_ttl`` attribute: the seconds a resume's claim lasts (the
+    Runner passes it to ``claim``).
+
+    >>> isinstance(InMemoryCheckpointStore(), CheckpointStore)
+    True
     """
 
     async def get(self, checkpoint_id: str) -> bytes | None:
@@ -108,7 +118,17 @@ class CheckpointStore(Protocol):
 class InMemoryCheckpointStore:
     """A checkpoint store in a dict: for tests and single-process apps.
 
+    >>> import asyncio
     >>> store = InMemoryCheckpointStore()
+    >>> async def main() -> bytes | None:
+    ...     await store.set("order-1", b"document")
+    ...     return await store.get("order-1")
+    >>> asyncio.run(main()), len(store)
+    (b'document', 1)
+
+    Args:
+        claim_ttl: seconds a resume's claim lasts unless renewed.
+        clock: the clock claims expire by (monotonic seconds); tests pass a fake one.
     """
 
     def __init__(self, *, claim_ttl: float = DEFAULT_CLAIM_TTL,

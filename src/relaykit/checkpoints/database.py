@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 __all__ = ["CHECKPOINTS_TABLE", "DatabaseCheckpointStore"]
 
+#: The table the store keeps checkpoints in.
 CHECKPOINTS_TABLE = "relaykit_checkpoints"
 
 # The table as the store uses it. Its schema is owned by the migrations in relaykit/_migrations
@@ -65,8 +66,14 @@ class DatabaseCheckpointStore:
     and the checkpoint id, never SQL or stored content. SQLite files must be on a local disk
     (WAL mode does not work over network file systems).
 
-    >>> async with DatabaseCheckpointStore("sqlite+aiosqlite:///app.db") as store:  # doctest: +SKIP
-    ...     await store.set("order-1", b"...")
+    >>> import asyncio, os, tempfile
+    >>> async def main(path: str) -> bytes | None:
+    ...     async with DatabaseCheckpointStore(f"sqlite+aiosqlite:///{path}") as store:
+    ...         await store.set("order-1", b"document")
+    ...         return await store.get("order-1")
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     asyncio.run(main(os.path.join(folder, "app.db")))
+    b'document'
 
     Args:
         url: ``sqlite+aiosqlite:///path.db`` or ``postgresql+asyncpg://user@host/db``.

@@ -26,13 +26,23 @@ CHECKPOINT_FORMAT = "relaykit/checkpoint"
 @dataclass(slots=True)
 class SavedInterruptPoint:
     """One point of an interrupt tree as the checkpoint stores it: flat, its parent by id
-    (parents come before their children)."""
+    (parents come before their children). The fields are those of ``InterruptContext``.
 
+    >>> SavedInterruptPoint("p1", (), "approve?", None, True).parent is None
+    True
+    """
+
+    #: The point's id (``InterruptContext.id``).
     id: str
+    #: Where the point sits in the agent tree.
     address: Address
+    #: What the point told the caller (application-defined, hence ``Any``).
     info: Any
+    #: What the point's agent saved (application-defined, hence ``Any``).
     state: Any
+    #: True for a point that waits; False for a composite.
     is_root_cause: bool
+    #: The id of the composite point above this one; None at the top.
     parent: str | None = None
 
 
@@ -41,27 +51,40 @@ class SavedInterruptPoint:
 class Checkpoint:
     """Everything needed to resume a run: its input, history, values and interrupt points.
 
-    >>> cp = Checkpoint.of(ctx, event.action.interrupted)  # doctest: +SKIP
+    >>> from relaykit.context import RunContext
+    >>> from relaykit.interrupts import interrupt
+    >>> ctx = RunContext.new({"user": "ana"})
+    >>> cp = Checkpoint.of(ctx, interrupt(ctx, "approve?").action.interrupted)
+    >>> cp.values, cp.interrupt().contexts[0].info
+    ({'user': 'ana'}, 'approve?')
     """
 
     #: The run's input (the root agent's messages).
     root_input: AgentInput
     #: The run history so far (what flow agents recorded).
     events: list[AgentEvent]
-    #: The run's session values.
+    #: The run's session values (the application's own, hence ``Any``).
     values: dict[str, Any]
     #: Whether the run streamed.
     enable_streaming: bool
-    #: The interrupt's ``InterruptInfo.data``.
+    #: The interrupt's ``InterruptInfo.data`` (application-defined, hence ``Any``).
     interrupt_data: Any
     #: The interrupt tree, flat (parents first).
     points: list[SavedInterruptPoint]
-    #: Transfer chains left pending by flow agents, by their address (D3).
+    #: Transfer chains left pending by flow agents, by their address (D3): each value is a
+    #: ``relaykit.flow.PendingChain``. Annotated ``Any`` on purpose: the codec checks saved
+    #: fields against their annotations, and a loaded value that is not a chain is ignored by
+    #: the resume (not refused by the load), as it always was.
     pending_chains: list[tuple[Address, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, ctx: RunContext, info: InterruptInfo) -> Checkpoint:
-        """The checkpoint of the run under ``ctx`` that ``info`` interrupted."""
+        """The checkpoint of the run under ``ctx`` that ``info`` interrupted.
+
+        Args:
+            ctx: the run's root context (its history, values and root input are saved).
+            info: the interrupt that reached the root.
+        """
         top = info.top()
         points = [] if top is None else [
             SavedInterruptPoint(p.id, p.address, p.info, p.state, p.is_root_cause,
@@ -74,7 +97,11 @@ class Checkpoint:
 
     def interrupt(self, what: str = "checkpoint") -> InterruptInfo:
         """The saved interrupt, its tree rebuilt (``SerializationError`` naming ``what`` when
-        the points do not form one tree)."""
+        the points do not form one tree).
+
+        Args:
+            what: how error messages name the checkpoint.
+        """
         made: dict[str, InterruptContext] = {}
         top: InterruptContext | None = None
         for p in self.points:
@@ -99,18 +126,40 @@ class Checkpoint:
 
     def history(self, values: dict[str, Any] | None = None) -> RunHistory:
         """The run history to resume with (sharing ``values`` when given, else a copy of the
-        saved values)."""
+        saved values).
+
+        Args:
+            values: the session values to share (an agent tool shares its caller's).
+        """
         return RunHistory(values if values is not None else dict(self.values),
                           [RecordedEvent(e) for e in self.events])
 
     def resume_info(self, info: InterruptInfo) -> ResumeInfo:
-        """What the resumed root agent receives."""
+        """What the resumed root agent receives.
+
+        Args:
+            info: the saved interrupt (``interrupt()``).
+        """
         return ResumeInfo(self.enable_streaming, info)
 
 
 async def encode_checkpoint(cp: Checkpoint, key: bytes | None = None) -> bytes:
     """The checkpoint as a JSON document (streams read to their end first; signed with
-    ``key`` when given)."""
+    ``key`` when given).
+
+    Args:
+        cp: the checkpoint.
+        key: the signing key (HMAC-SHA256), or None for an unsigned document.
+
+    >>> import asyncio
+    >>> from relaykit.context import RunContext
+    >>> from relaykit.interrupts import interrupt
+    >>> ctx = RunContext.new()
+    >>> cp = Checkpoint.of(ctx, interrupt(ctx, "approve?").action.interrupted)
+    >>> data = asyncio.run(encode_checkpoint(cp, b"secret"))
+    >>> decode_checkpoint(data, key=b"secret")[1].contexts[0].info
+    'approve?'
+    """
     await materialize_streams(cp)
     return dumps(cp, kind=CHECKPOINT_FORMAT, key=key)
 
@@ -118,7 +167,18 @@ async def encode_checkpoint(cp: Checkpoint, key: bytes | None = None) -> bytes:
 def decode_checkpoint(data: bytes, *, key: bytes | None = None,
                       what: str = "checkpoint") -> tuple[Checkpoint, InterruptInfo]:
     """The checkpoint in ``data`` and its interrupt; every failure is a ``SerializationError``
-    naming ``what``."""
+    naming ``what`` (see ``encode_checkpoint`` for a round trip).
+
+    >>> decode_checkpoint(b"not a checkpoint", what="checkpoint 'order-1'")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    relaykit.errors.SerializationError: checkpoint 'order-1' ...
+
+    Args:
+        data: the document.
+        key: the signing key the document must be signed with; None for an unsigned one.
+        what: how error messages name the document.
+    """
     cp = loads(data, kind=CHECKPOINT_FORMAT, key=key, what=what)
     if not isinstance(cp, Checkpoint):
         raise SerializationError(f"{what} does not hold a checkpoint")

@@ -1,12 +1,13 @@
 """Chat models: the protocol, the scripted model and provider adapters (optional extras)."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec, usage_metadata
 from relaykit.models.registry import from_string
 from relaykit.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
+    from relaykit.models._retry import ProviderModel
     from relaykit.models.anthropic import AnthropicModel
     from relaykit.models.gemini import GeminiModel
     from relaykit.models.openai import OpenAIModel
@@ -18,7 +19,7 @@ _PROVIDER_CLASSES = {"OpenAIModel": "openai", "AnthropicModel": "anthropic",
                      "GeminiModel": "gemini"}
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "type[ProviderModel]":
     """Provider classes load on first use, so the SDKs stay optional."""
     provider = _PROVIDER_CLASSES.get(name)
     if provider is None:

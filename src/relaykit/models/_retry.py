@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from relaykit.errors import ModelError
 from relaykit.messages import Message, MessageStream
+from relaykit.models.base import ModelRequest
 
 __all__ = [
     "DEFAULT_MAX_BACKOFF",
@@ -67,12 +68,20 @@ class Failure:
     ``status`` is the HTTP status, or None for a connection error (``connection=True``) or another
     SDK error. ``retry_after`` is the server's retry hint in seconds, if any (``Retry-After``,
     ``retry-after-ms``, Gemini's ``RetryInfo``).
+
+    >>> Failure.http(503, "overloaded").retryable, Failure.http(400, "bad request").retryable
+    (True, False)
     """
 
+    #: The HTTP status, or None for a connection error or another SDK error.
     status: int | None
+    #: The provider's error text.
     detail: str
+    #: Whether another attempt may succeed.
     retryable: bool
+    #: The server's retry hint in seconds, if it sent one.
     retry_after: float | None = None
+    #: True for a connection error or timeout.
     connection: bool = False
 
     @classmethod
@@ -111,8 +120,11 @@ class RetryPolicy:
     True
     """
 
+    #: Retries after the first attempt (>= 0).
     max_retries: int = 3
+    #: Seconds before the first retry; doubled for each next one (>= 0).
     backoff_base: float = 0.5
+    #: The longest wait before a retry, in seconds (>= 0).
     max_backoff: float = DEFAULT_MAX_BACKOFF
 
     def __post_init__(self) -> None:
@@ -136,7 +148,19 @@ class RetryPolicy:
 
 
 class Retrier:
-    """Runs provider calls with retries and turns their failures into ``ModelError``."""
+    """Runs provider calls with retries and turns their failures into ``ModelError``.
+
+    >>> import asyncio
+    >>> def classify(exc: Exception) -> Failure | None:
+    ...     return Failure.http(400, str(exc))
+    >>> retrier = Retrier("example", "m1", RetryPolicy(max_retries=0), classify)
+    >>> async def bad_request() -> str:
+    ...     raise ValueError("bad request")
+    >>> asyncio.run(retrier.call(bad_request))
+    Traceback (most recent call last):
+    ...
+    relaykit.errors.ModelError: example: HTTP 400 from model 'm1': bad request
+    """
 
     def __init__(self, provider: str, model: str, policy: RetryPolicy,
                  classify: Classifier) -> None:
@@ -272,7 +296,11 @@ _HTTP_LIBRARIES = frozenset({"httpx", "httpx2", "httpcore", "httpcore2"})
 
 
 def is_transport_error(exc: BaseException) -> bool:
-    """True for connection-level failures: OSError or an httpx/httpx2/httpcore transport error."""
+    """True for connection-level failures: OSError or an httpx/httpx2/httpcore transport error.
+
+    >>> is_transport_error(ConnectionResetError()), is_transport_error(ValueError())
+    (True, False)
+    """
     if isinstance(exc, OSError):  # TimeoutError and ConnectionError included
         return True
     return any(cls.__name__ in _TRANSPORT_ERROR_NAMES
@@ -281,7 +309,11 @@ def is_transport_error(exc: BaseException) -> bool:
 
 
 def error_detail(body: object, fallback: str) -> str:
-    """The human-readable error text of an error response body (``{"error": {"message"}}``)."""
+    """The human-readable error text of an error response body (``{"error": {"message"}}``).
+
+    >>> error_detail({"error": {"message": "model not found"}}, "HTTP 404")
+    'model not found'
+    """
     if isinstance(body, Mapping):
         inner = body.get("error", body)
         if isinstance(inner, Mapping):
@@ -301,6 +333,11 @@ def split_options(fn: Callable[..., Any], options: Mapping[str, Any]) -> dict[st
 
     Lets callers pass provider options the installed SDK version does not name (``top_k`` for a
     vLLM server, say): they are sent in the request body as they are.
+
+    >>> def create(*, model: str, temperature: float = 1.0, extra_body: object = None) -> None:
+    ...     pass
+    >>> split_options(create, {"temperature": 0.2, "top_k": 5})
+    {'temperature': 0.2, 'extra_body': {'top_k': 5}}
     """
     try:
         params = inspect.signature(fn).parameters
@@ -318,7 +355,12 @@ def split_options(fn: Callable[..., Any], options: Mapping[str, Any]) -> dict[st
 class ProviderModel:
     """What the provider adapters share: their identity, and ``generate``/``stream`` run
     through the retrier. A subclass says how to make one call (``_call``) and how to read one
-    stream (``_chunks``)."""
+    stream (``_chunks``).
+
+    >>> from relaykit.models.openai import OpenAIModel
+    >>> OpenAIModel("llama3.2", base_url="http://localhost:11434/v1").name
+    'openai:llama3.2'
+    """
 
     model: str
     provider: str
@@ -340,19 +382,19 @@ class ProviderModel:
         where = f", base_url={str(base_url)!r}" if base_url is not None else ""
         return f"{type(self).__name__}({self.model!r}{where})"
 
-    def _call(self, request: Any) -> Callable[[], Awaitable[Message]]:
+    def _call(self, request: ModelRequest) -> Callable[[], Awaitable[Message]]:
         """Prepare ``request`` once; return the call that the retrier may repeat."""
         raise NotImplementedError
 
-    def _chunks(self, request: Any) -> AsyncIterator[Message]:
+    def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
         """Open one streamed call (errors preparing it come out of the stream)."""
         raise NotImplementedError
 
-    async def generate(self, request: Any) -> Message:
+    async def generate(self, request: ModelRequest) -> Message:
         """Send the request and return the assistant message (usage in metadata)."""
         return await self._retrier.call(self._call(request))
 
-    def stream(self, request: Any) -> MessageStream:
+    def stream(self, request: ModelRequest) -> MessageStream:
         """Stream the assistant message: text deltas, tool-call fragments, then usage."""
         return MessageStream(self._retrier.stream(lambda: self._chunks(request)))
 

@@ -57,6 +57,24 @@ class AnthropicModel(ProviderModel):
     once, its wait named) and reported as ``ModelError``.
     ``default_options`` go with every request; ``ModelRequest.options`` override them, and options
     the SDK does not name (``temperature`` in recent SDKs...) are sent in the request body.
+
+    >>> m = AnthropicModel("claude-sonnet-4-5", api_key="sk-ant-example")
+    >>> m.name, m.max_tokens
+    ('anthropic:claude-sonnet-4-5', 1024)
+
+    Args:
+        model: the model name (``claude-sonnet-4-5``...).
+        api_key: the API key; ``ANTHROPIC_API_KEY`` by default.
+        base_url: the server's URL; ``ANTHROPIC_BASE_URL`` or api.anthropic.com by default.
+        client: an ``AsyncAnthropic`` to use instead of creating one (then ``api_key``,
+            ``base_url`` and ``timeout`` are not used).
+        max_retries: retries after the first attempt.
+        timeout: seconds; the longest wait for response bytes.
+        backoff_base: seconds before the first retry, doubled for each next one.
+        max_backoff: the longest wait before a retry, in seconds.
+        max_tokens: the most tokens of one reply (sent with every request).
+        **default_options: request options sent with every request (provider-specific,
+            hence ``Any``).
     """
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,

@@ -67,6 +67,23 @@ class GeminiModel(ProviderModel):
     ``GenerateContentConfig`` fields (``temperature``, ``max_output_tokens``; ``max_tokens`` is
     accepted as an alias); ``ModelRequest.options`` override them; other keys are sent in the
     request body as they are.
+
+    >>> m = GeminiModel("gemini-2.5-flash", api_key="example-key")
+    >>> m.name
+    'gemini:gemini-2.5-flash'
+
+    Args:
+        model: the model name (``gemini-2.5-flash``...).
+        api_key: the API key; ``GEMINI_API_KEY``, then ``GOOGLE_API_KEY`` by default.
+        base_url: the endpoint, to override Google's.
+        client: a ``genai.Client`` to use instead of creating one (then ``api_key``,
+            ``base_url`` and ``timeout`` are not used).
+        max_retries: retries after the first attempt.
+        timeout: seconds; the longest a request may take.
+        backoff_base: seconds before the first retry, doubled for each next one.
+        max_backoff: the longest wait before a retry, in seconds.
+        **default_options: ``GenerateContentConfig`` fields sent with every request
+            (provider-specific, hence ``Any``).
     """
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,

@@ -57,6 +57,21 @@ class OpenAIModel(ProviderModel):
     >>> m = OpenAIModel("llama3.2", base_url="http://localhost:11434/v1")
     >>> m.provider, m.model
     ('openai', 'llama3.2')
+
+    Args:
+        model: the model name (``gpt-4o-mini``, ``llama3.2``...).
+        api_key: the API key; ``OPENAI_API_KEY`` by default.
+        base_url: the server's URL; ``OPENAI_BASE_URL`` or api.openai.com by default.
+        client: an ``AsyncOpenAI`` to use instead of creating one (then ``api_key``,
+            ``base_url`` and ``timeout`` are not used).
+        max_retries: retries after the first attempt.
+        timeout: seconds; for a stream, the longest wait for the next bytes.
+        backoff_base: seconds before the first retry, doubled for each next one.
+        max_backoff: the longest wait before a retry, in seconds.
+        provider_name: the name errors and ``name`` use (``openai-compatible`` for
+            ``from_string("openai-compatible:...")``).
+        **default_options: request options sent with every request (provider-specific,
+            hence ``Any``).
     """
 
     def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,

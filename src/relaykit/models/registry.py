@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from relaykit.errors import ConfigurationError
 from relaykit.models.base import ChatModel
+
+if TYPE_CHECKING:
+    # Imported by the provider modules, which load their SDKs: a type only.
+    from relaykit.models._retry import ProviderModel
 
 __all__ = ["PROVIDERS", "from_string", "load_model_class"]
 
@@ -40,10 +45,13 @@ def _known() -> str:
     return ", ".join(sorted(PROVIDERS))
 
 
-def load_model_class(provider: str) -> type[Any]:
+def load_model_class(provider: str) -> type[ProviderModel]:
     """The model class of ``provider``, importing its module (and SDK) now.
 
     Raises ``ConfigurationError`` for an unknown provider or a missing SDK.
+
+    >>> load_model_class("openai").__name__
+    'OpenAIModel'
     """
     entry = PROVIDERS.get(provider)
     if entry is None:
@@ -59,11 +67,12 @@ def load_model_class(provider: str) -> type[Any]:
             f"the {provider!r} model provider needs the {missing!r} package, which is not "
             f"installed: pip install 'relaykit[{entry.extra}]'"
         ) from exc
-    return cast(type[Any], getattr(module, entry.cls))
+    return cast("type[ProviderModel]", getattr(module, entry.cls))
 
 
 def from_string(spec: str, **kwargs: Any) -> ChatModel:
-    """A chat model from a spec string; ``kwargs`` go to the model class.
+    """A chat model from a spec string; ``kwargs`` (provider-specific, hence ``Any``) go to the
+    model class.
 
     So every constructor option works here too: ``api_key``, ``base_url``, ``timeout``, the
     retry settings ``max_retries``, ``backoff_base`` and ``max_backoff``, and request defaults
@@ -96,7 +105,10 @@ known providers: anthropic, gemini, openai, openai-compatible
                 f"model spec {spec!r} should look like 'openai-compatible:<model>@<base_url>', "
                 "e.g. 'openai-compatible:llama3.2@http://localhost:11434/v1'"
             )
-        cls = load_model_class(provider)
+        # The provider classes take the model name and keyword options; ProviderModel itself
+        # declares no constructor, hence the callable's loose signature.
+        compatible: Callable[..., ChatModel] = load_model_class(provider)
         kwargs.setdefault("provider_name", provider)
-        return cast(ChatModel, cls(match["model"], base_url=match["url"], **kwargs))
-    return cast(ChatModel, load_model_class(provider)(rest, **kwargs))
+        return compatible(match["model"], base_url=match["url"], **kwargs)
+    model_class: Callable[..., ChatModel] = load_model_class(provider)
+    return model_class(rest, **kwargs)

@@ -11,6 +11,7 @@ from relaykit.models.base import ModelRequest
 __all__ = ["ScriptedModel", "ScriptedResponse"]
 
 ScriptedResponse = Message | BaseException | Callable[[ModelRequest], Message]
+"""One item of a script: a reply, an exception to raise, or a function making the reply."""
 
 
 class ScriptedModel:
@@ -23,12 +24,22 @@ class ScriptedModel:
     >>> m = ScriptedModel([Message.assistant("hi")])
     >>> asyncio.run(m.generate(ModelRequest([Message.user("hello")]))).content
     'hi'
+    >>> m.requests[0].messages[0].content
+    'hello'
+
+    Args:
+        responses: the script, consumed one item per call (an iterator may be endless); a
+            call after its end raises ``ModelError``.
+        name: the model's name, in error messages.
+        record_requests: keep a copy of every request in ``requests``.
     """
 
     def __init__(self, responses: Iterable[ScriptedResponse], *, name: str = "scripted",
                  record_requests: bool = True) -> None:
         self._responses: Iterator[ScriptedResponse] = iter(responses)
+        #: The model's name.
         self.name = name
+        #: A copy of every request received, in order (when ``record_requests``).
         self.requests: list[ModelRequest] = []
         self._record = record_requests
 
@@ -66,7 +77,11 @@ class ScriptedModel:
 
 
 def split_into_chunks(msg: Message) -> list[Message]:
-    """Split a message the way a provider streams it (used by ScriptedModel.stream)."""
+    """Split a message the way a provider streams it (used by ScriptedModel.stream).
+
+    >>> [c.content for c in split_into_chunks(Message.assistant("Hello there"))]
+    ['Hello ', 'there']
+    """
     chunks: list[Message] = []
     words = msg.content.split(" ") if msg.content else []
     for i, word in enumerate(words):

@@ -27,7 +27,7 @@ otherwise replace it by the built-in without a word. Only tools registered with
 # The built-in tool objects a user may list in ``tools`` although their names are reserved
 # (``exit_loop`` for a loop agent's children, for one). Keyed by ``id`` and compared by
 # identity: a look-alike with the same name and spec is still a user tool.
-_BUILTIN_TOOLS: dict[int, Any] = {}
+_BUILTIN_TOOLS: dict[int, object] = {}
 
 _T = TypeVar("_T")
 
@@ -37,7 +37,26 @@ class ToolContext:
 
     ``set_action`` attaches an action (transfer, exit, custom) to this call's tool event. On a
     resume, ``was_interrupted`` / ``interrupt_state`` / ``is_resume_target`` / ``resume_data``
-    tell a tool that interrupted earlier what happened since.
+    tell a tool that interrupted earlier what happened since. A function tool receives it when
+    its first parameter is annotated ``ToolContext``.
+
+    >>> import relaykit as rk
+    >>> @rk.tool
+    ... def whoami(ctx: rk.ToolContext) -> str:
+    ...     return f"{ctx.tool_name} ({ctx.tool_call_id})"
+    >>> whoami(ToolContext(rk.RunContext.new(), "whoami", "call_1"))
+    'whoami (call_1)'
+
+    Args:
+        run_context: the calling agent's context (``run_context.address`` ends with this
+            call's segment).
+        tool_name: the name the model called the tool by.
+        tool_call_id: the id of the tool call.
+        was_interrupted: on a resume: this call interrupted before.
+        interrupt_state: on a resume: the ``state`` the call's ``ToolInterrupt`` saved
+            (application-defined, hence ``Any``).
+        is_resume_target: on a resume: the caller answered this call's interrupt.
+        resume_data: on a resume: the caller's answer (application-defined, hence ``Any``).
     """
 
     __slots__ = ("action", "chat_history", "interrupt_state", "is_resume_target", "resume_data",
@@ -46,19 +65,33 @@ class ToolContext:
     def __init__(self, run_context: RunContext, tool_name: str, tool_call_id: str, *,
                  was_interrupted: bool = False, interrupt_state: Any = None,
                  is_resume_target: bool = False, resume_data: Any = None) -> None:
+        #: The calling agent's context: session values (``get_session_value``...), run path.
         self.run_context = run_context
+        #: The name the model called the tool by.
         self.tool_name = tool_name
+        #: The id of this tool call.
         self.tool_call_id = tool_call_id
+        #: On a resume: this call interrupted before.
         self.was_interrupted = was_interrupted
+        #: On a resume: what the call's ``ToolInterrupt`` saved.
         self.interrupt_state = interrupt_state
+        #: On a resume: the caller answered this call's interrupt.
         self.is_resume_target = is_resume_target
+        #: On a resume: the caller's answer.
         self.resume_data = resume_data
+        #: The action ``set_action`` attached, if any.
         self.action: AgentAction | None = None
-        # The calling agent's conversation before this call (AgentTool's full-history input).
+        #: The calling agent's conversation before this call (AgentTool's full-history input).
         self.chat_history: list[Message] = []
 
     def set_action(self, action: AgentAction) -> None:
-        """Attach ``action`` to this call's tool-result event (like Eino's SendToolGenAction)."""
+        """Attach ``action`` to this call's tool-result event (like Eino's SendToolGenAction).
+
+        >>> import relaykit as rk
+        >>> ctx = ToolContext(rk.RunContext.new(), "escalate", "call_1")
+        >>> ctx.set_action(rk.AgentAction(exit=True)); ctx.action.exit
+        True
+        """
         self.action = action
 
 
@@ -78,22 +111,47 @@ class Tool(Protocol):
     to send ``error: <message>`` back to the model instead.
 
     The names in :data:`RESERVED_TOOL_NAMES` belong to the built-in tools.
+
+    >>> import relaykit as rk
+    >>> class Clock:
+    ...     name = "clock"
+    ...     spec = rk.ToolSpec("clock", "The current time.")
+    ...     async def call(self, ctx: rk.ToolContext, arguments: dict[str, object]) -> object:
+    ...         return "12:00"
+    >>> isinstance(Clock(), Tool)
+    True
     """
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The name the model calls the tool by (``spec.name``)."""
+        ...
 
     @property
-    def spec(self) -> ToolSpec: ...
+    def spec(self) -> ToolSpec:
+        """The tool as the model sees it: name, description, JSON schema of the arguments."""
+        ...
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any: ...
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> object:
+        """Run the tool.
+
+        Args:
+            ctx: what the call can see and do.
+            arguments: the model's arguments, parsed from JSON (an object).
+
+        Returns:
+            The result: a ``str`` as is, anything else JSON-encoded (see the class docstring).
+        """
+        ...
 
 
 def register_builtin_tool(tool: _T) -> _T:
     """Mark ``tool`` (this very object) as a relaykit built-in: agents accept it in ``tools``
     although its name is in :data:`RESERVED_TOOL_NAMES`. For relaykit's own built-ins only.
 
-    >>> exit_loop = register_builtin_tool(ExitLoopTool())  # doctest: +SKIP
+    >>> from relaykit.tools.builtin import ExitLoopTool, exit_loop
+    >>> is_builtin_tool(exit_loop), is_builtin_tool(ExitLoopTool())
+    (True, False)
     """
     _BUILTIN_TOOLS[id(tool)] = tool
     return tool

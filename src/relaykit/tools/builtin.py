@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from relaykit.events import AgentAction, BreakLoopAction
 from relaykit.models.base import ToolSpec
 from relaykit.tools.base import ToolContext, register_builtin_tool
 
 __all__ = ["EXIT_LOOP_TOOL_NAME", "ExitLoopTool", "exit_loop"]
 
+#: The built-in tool's name (reserved: see ``RESERVED_TOOL_NAMES``).
 EXIT_LOOP_TOOL_NAME = "exit_loop"
 
 _EXIT_LOOP_SPEC = ToolSpec(
@@ -30,8 +29,15 @@ class ExitLoopTool:
     Outside a loop the action does nothing. The text is a notice, not an answer: it is not saved
     under the agent's ``output_key``. Use the one instance, :data:`exit_loop`.
 
-    >>> critic = ChatModelAgent("critic", "reviews the draft", model=model,
-    ...                         tools=[rk.exit_loop])  # doctest: +SKIP
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> done = rk.Message.assistant("", [rk.ToolCall("c1", "exit_loop", "{}")])
+    >>> critic = rk.ChatModelAgent("critic", "reviews the draft", tools=[rk.exit_loop],
+    ...                            model=rk.ScriptedModel([done]))
+    >>> loop = rk.LoopAgent("refine", [critic], max_iterations=5)
+    >>> result = asyncio.run(rk.Runner(loop).invoke("review"))
+    >>> result.output.content, result.events[-1].action.break_loop.done
+    ('exiting the loop', True)
     """
 
     __slots__ = ()
@@ -46,7 +52,7 @@ class ExitLoopTool:
         """No parameters; any arguments the model sends are ignored."""
         return _EXIT_LOOP_SPEC
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
         """Set the break-loop action naming the calling agent."""
         path = ctx.run_context.run_path
         ctx.set_action(AgentAction(break_loop=BreakLoopAction(

@@ -6,13 +6,17 @@ import asyncio
 import inspect
 import re
 from collections.abc import Callable
-from typing import Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from relaykit.errors import ToolError
 from relaykit.models.base import ToolSpec
 from relaykit.tools.base import ToolContext
+
+if TYPE_CHECKING:
+    from relaykit.events import AgentEvent
+    from relaykit.resume import InterruptContext, InterruptInfo
 
 __all__ = ["FunctionTool", "ToolInterrupt", "tool"]
 
@@ -25,12 +29,37 @@ class ToolInterrupt(Exception):
 
     On resume a targeted tool is called again with the same arguments and reads
     ``ctx.was_interrupted`` / ``ctx.interrupt_state`` / ``ctx.resume_data``.
+
+    >>> import relaykit as rk
+    >>> @rk.tool
+    ... def refund(ctx: rk.ToolContext, amount: float) -> str:
+    ...     if not ctx.is_resume_target:
+    ...         raise ToolInterrupt({"question": f"refund {amount} EUR?"}, state=amount)
+    ...     return "refunded" if ctx.resume_data else "refused"
+    >>> try:
+    ...     refund(ToolContext(rk.RunContext.new(), "refund", "call_1"), 10.0)
+    ... except ToolInterrupt as paused:
+    ...     print(paused.info, paused.state)
+    {'question': 'refund 10.0 EUR?'} 10.0
+
+    Args:
+        info: what to tell the caller (``InterruptContext.info``); application-defined,
+            hence ``Any``, saved by the codec.
+        state: what to save for the resume (read back as ``ctx.interrupt_state``);
+            application-defined, hence ``Any``.
+        sub_interrupts: for a tool that runs agents itself: their interrupts (events, infos
+            or points), which become the root causes below this tool's point.
     """
 
-    def __init__(self, info: Any, state: Any = None, *, sub_interrupts: tuple[Any, ...] = ()):
+    def __init__(self, info: Any, state: Any = None, *,
+                 sub_interrupts: tuple[AgentEvent | InterruptInfo | InterruptContext, ...] = ()
+                 ) -> None:
         super().__init__(f"tool interrupt: {info!r}")
+        #: What the tool told the caller.
         self.info = info
+        #: What the tool saved for its resume.
         self.state = state
+        #: Interrupts of agents the tool ran, below this tool's point.
         self.sub_interrupts = sub_interrupts
 
 
@@ -47,7 +76,7 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     The style is detected by griffe's heuristics (its auto parser). Returns, Raises, Examples
     and other sections are left out; a parameter's description lines are joined into one.
 
-    >>> _parse_docstring("Add numbers.\n\n:param a: the first\n:returns: the sum")
+    >>> _parse_docstring("Add numbers.\\n\\n:param a: the first\\n:returns: the sum")
     ('Add numbers.', {'a': 'the first'})
     """
     if not doc:
@@ -96,12 +125,25 @@ class FunctionTool(Generic[P, R]):
     >>> add = FunctionTool(lambda a, b: a + b, name="add")
     >>> add.spec.parameters["required"]
     ['a', 'b']
+
+    Args:
+        fn: the function; its parameters (after an optional first ``ToolContext`` one) are
+            the tool's arguments, validated by pydantic against their annotations. No
+            ``*args`` or ``**kwargs``.
+        name: the tool's name; the function's name by default.
+        description: the tool's description; the docstring's text by default (parameter
+            descriptions come from its Google, NumPy or Sphinx sections).
+        long_running: the call starts work that finishes later: its result is given back to
+            the caller as an interrupt, and the resume's data becomes the tool's result.
     """
 
     def __init__(self, fn: Callable[P, R], *, name: str | None = None,
                  description: str | None = None, long_running: bool = False) -> None:
+        #: The decorated function.
         self.fn = fn
+        #: Whether the call only starts the work (see ``long_running`` above).
         self.long_running = long_running
+        #: Whether ``fn`` is a coroutine function (else it runs in a worker thread).
         self.is_async = inspect.iscoroutinefunction(fn)
         doc_desc, arg_docs = _parse_docstring(fn.__doc__)
         hints = get_type_hints(fn)
@@ -136,10 +178,24 @@ class FunctionTool(Generic[P, R]):
     def __repr__(self) -> str:
         return f"FunctionTool({self.name!r})"
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> object:
         """Validate ``arguments`` and call the function (a bad argument is a ToolError).
 
         Validation happens on the event loop; a sync function then runs in a worker thread.
+
+        Args:
+            ctx: the call's context, passed to the function's ``ToolContext`` parameter.
+            arguments: the model's arguments.
+
+        Returns:
+            What the function returned (awaited for an async function).
+
+        >>> import asyncio
+        >>> import relaykit as rk
+        >>> add = FunctionTool(lambda a, b: a + b, name="add")
+        >>> ctx = ToolContext(rk.RunContext.new(), "add", "call_1")
+        >>> asyncio.run(add.call(ctx, {"a": 1, "b": 2}))
+        3
         """
         try:
             parsed = self._model.model_validate(arguments)
@@ -202,6 +258,14 @@ def tool(fn: Callable[P, R] | None = None, /, *, name: str | None = None,
                                                                       FunctionTool[P, R]]:
     """Turn a typed function (sync or async) into a tool; a sync function runs in a worker
     thread when the tool is called (see :class:`FunctionTool`).
+
+    Use it bare (``@tool``) or with options (``@tool(name=...)``).
+
+    Args:
+        fn: the function (when used bare).
+        name: the tool's name; the function's name by default.
+        description: the tool's description; the docstring's text by default.
+        long_running: the call only starts the work (see :class:`FunctionTool`).
 
     >>> @tool
     ... def get_weather(city: str) -> str:

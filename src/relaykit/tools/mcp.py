@@ -39,7 +39,9 @@ __all__ = ["MCPTool", "MCPToolset", "TransportFactory"]
 logger = logging.getLogger(__name__)
 
 TransportStreams = tuple[Any, Any]
-"""The ``(read_stream, write_stream)`` pair an MCP client transport yields."""
+"""The ``(read_stream, write_stream)`` pair an MCP client transport yields. ``Any``: the
+stream types are the SDK's own and vary with its version; they only go from the transport
+to the SDK's ``ClientSession``."""
 
 TransportFactory = Callable[[], AbstractAsyncContextManager[TransportStreams]]
 """A zero-argument callable returning an SDK transport context (``stdio_client(...)`` etc.)."""
@@ -105,6 +107,14 @@ class MCPToolset:
                                  tool_filter={"search_issues"}, name_prefix="github_")
         async with github:
             tools = await github.list_tools()   # [MCPTool('github_search_issues')]
+
+    Args:
+        transport: makes the SDK transport context to connect through (``stdio`` and
+            ``http`` build one).
+        tool_filter: the server tools to keep, by their server names; all by default.
+        name_prefix: put in front of every tool name the model sees.
+        timeout: seconds to wait for each MCP response; the SDK's default by default.
+        description: how messages name the connection.
     """
 
     def __init__(self, transport: TransportFactory, *, tool_filter: Collection[str] | None = None,
@@ -313,7 +323,7 @@ class MCPTool:
         """The toolset whose session this tool calls."""
         return self._toolset
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> Any:
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> object:
         """Call the tool on the server with ``arguments``; see the class docstring."""
         result = await self._toolset.session.call_tool(self._mcp_name, arguments)
         return _result_value(self._mcp_name, result)
@@ -322,7 +332,7 @@ class MCPTool:
         return f"MCPTool({self.name!r})"
 
 
-def _result_value(tool_name: str, result: CallToolResult) -> Any:
+def _result_value(tool_name: str, result: CallToolResult) -> object:
     """A ``CallToolResult`` as a tool return value (or a ToolError for an error result)."""
     texts = [text for block in result.content if (text := _block_text(block)) is not None]
     if result.is_error:
