@@ -1,0 +1,280 @@
+"""The SessionService protocol, sessions and their events, state scopes and name validation.
+
+A *session* is one conversation of one user with one app: the events of its turns, in order,
+and its state. State keys carry their scope in a prefix:
+
+- ``app:<key>`` — shared by every user and session of the app;
+- ``user:<key>`` — shared by every session of one user of the app;
+- ``temp:<key>`` — never stored (a value for the current turn only);
+- any other key — the session's own.
+
+A service stores each event's ``state_delta`` by scope, and ``Session.state`` is the merged view
+(``app:`` and ``user:`` keys with their prefix, plain keys as they are; never ``temp:`` keys).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, Protocol, runtime_checkable
+
+from relaykit.codec import register_type
+from relaykit.errors import SessionStoreError
+from relaykit.events import AgentAction
+from relaykit.messages import Message
+
+__all__ = [
+    "APP_PREFIX",
+    "MAX_NAME_LENGTH",
+    "TEMP_PREFIX",
+    "USER_PREFIX",
+    "Scope",
+    "Session",
+    "SessionEvent",
+    "SessionService",
+    "compaction_range",
+    "state_scope",
+    "validate_lock_timeout",
+    "validate_session_name",
+    "validate_state_key",
+]
+
+#: Prefix of the keys shared by every user and session of an app.
+APP_PREFIX: Final = "app:"
+#: Prefix of the keys shared by every session of one user of an app.
+USER_PREFIX: Final = "user:"
+#: Prefix of the keys that are never stored.
+TEMP_PREFIX: Final = "temp:"
+#: The longest app name, user id, session id, event id or state key (without its prefix).
+MAX_NAME_LENGTH: Final = 255
+
+#: Where a state key is kept: ``"app"``, ``"user"``, ``"session"``, or nowhere (``"temp"``).
+Scope = Literal["app", "user", "session", "temp"]
+
+
+@register_type("relaykit.SessionEvent")
+@dataclass(slots=True)
+class SessionEvent:
+    """One complete event of a session, as a ``SessionService`` stores it.
+
+    Only complete events are stored (a streamed message is stored once it has ended).
+    ``append_event`` returns the stored copy with ``id`` and ``timestamp`` set.
+
+    >>> event = SessionEvent(author="user", message=Message.user("hi"))
+    >>> event.author, event.message.content
+    ('user', 'hi')
+    """
+
+    #: The event's id, unique within its session; empty until stored (then a uuid4 hex),
+    #: unless the caller gave one (kept as given).
+    id: str = ""
+    #: The id of the turn (invocation) that produced the event.
+    invocation_id: str = ""
+    #: ``"user"`` for the user's messages, else the name of the agent that produced the event.
+    author: str = ""
+    #: Seconds since the epoch; 0 until stored (then the store's clock), unless given.
+    timestamp: float = 0.0
+    #: The event's complete message, if it has one.
+    message: Message | None = None
+    #: Names of the agents from the root to the author (the run path as plain names).
+    run_path: tuple[str, ...] = ()
+    #: What the event asked the framework to do (transfer, exit, interrupt, a custom action).
+    action: AgentAction | None = None
+    #: The error the event reported, as text (its type name and message), if any.
+    error: str | None = None
+    #: State changes made by the event, keyed with their scope prefix (see ``state_scope``).
+    #: ``temp:`` keys are applied to nothing and left out of the stored copy.
+    state_delta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Session:
+    """One conversation of one user with one app: its events and its merged state.
+
+    ``append_event`` updates the ``Session`` object it is given (``state``, ``events``,
+    ``last_update_time``) as well as the store.
+
+    >>> s = Session("shop", "u1", "s1")
+    >>> s.state, s.events
+    ({}, [])
+    """
+
+    #: The app the session belongs to.
+    app_name: str
+    #: The user the session belongs to.
+    user_id: str
+    #: The session's id, unique within the app and user.
+    id: str
+    #: The merged state: ``app:`` keys of the app and ``user:`` keys of the user (prefix kept),
+    #: plain keys of the session; never ``temp:`` keys.
+    state: dict[str, Any] = field(default_factory=dict)
+    #: The stored events in order (empty in the results of ``list_sessions``).
+    events: list[SessionEvent] = field(default_factory=list)
+    #: Seconds since the epoch of the last change (creation or the last appended event).
+    last_update_time: float = 0.0
+
+
+@runtime_checkable
+class SessionService(Protocol):
+    """Durable sessions: events in order, state by scope, a pause per session, a turn lock.
+
+    Every method validates app names, user ids and session ids first (``validate_session_name``)
+    and reports storage failures as ``SessionStoreError`` naming the operation and the session,
+    never stored content. A stored event that cannot be loaded is a ``SerializationError``
+    naming the session and the event id.
+    """
+
+    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
+                             state: Mapping[str, Any] | None = None) -> Session:
+        """Create a session (a uuid4 hex id when ``session_id`` is None) with initial ``state``
+        (stored by scope, ``temp:`` keys dropped); ``SessionExistsError`` if the id is taken."""
+        ...
+
+    async def get_session(self, app_name: str, user_id: str,
+                          session_id: str) -> Session | None:
+        """The session with every stored event in order and its merged state, or None."""
+        ...
+
+    async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
+        """The user's sessions of the app, oldest first, with their state but no events."""
+        ...
+
+    async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete the session, its events, its own state and its pause (no error if absent)."""
+        ...
+
+    async def append_event(self, session: Session, event: SessionEvent) -> SessionEvent:
+        """Store ``event`` at the end of ``session`` in one transaction and return the stored
+        copy; also updates the ``session`` object. ``SessionNotFoundError`` if the session does
+        not exist. ``event`` itself is never changed."""
+        ...
+
+    async def load_history(self, app_name: str, user_id: str,
+                           session_id: str) -> list[SessionEvent]:
+        """The events an agent's history needs: the latest compaction summary followed by the
+        events after the last one it covers; every event when there is no summary.
+        ``SessionNotFoundError`` if the session does not exist."""
+        ...
+
+    async def set_checkpoint(self, app_name: str, user_id: str, session_id: str,
+                             data: bytes | None) -> None:
+        """Store the session's pause (the Runner's checkpoint document), or delete it
+        (``None``). Storing one for a session that does not exist is ``SessionNotFoundError``."""
+        ...
+
+    async def get_checkpoint(self, app_name: str, user_id: str,
+                             session_id: str) -> bytes | None:
+        """The session's pause, or None."""
+        ...
+
+    def lock(self, app_name: str, user_id: str, session_id: str, *,
+             timeout: float) -> AbstractAsyncContextManager[None]:
+        """Hold the session's turn lock for an ``async with`` block, across tasks and processes.
+
+        Waits at most ``timeout`` seconds, then ``SessionBusyError``. Released when the block
+        ends, and when the holder's process dies. Not reentrant; does not check that the
+        session exists.
+        """
+        ...
+
+
+def state_scope(key: str) -> Scope:
+    """Where the state key ``key`` is kept, from its prefix.
+
+    >>> [state_scope(k) for k in ("app:theme", "user:name", "temp:draft", "cart")]
+    ['app', 'user', 'temp', 'session']
+    """
+    if key.startswith(APP_PREFIX):
+        return "app"
+    if key.startswith(USER_PREFIX):
+        return "user"
+    if key.startswith(TEMP_PREFIX):
+        return "temp"
+    return "session"
+
+
+def compaction_range(event: SessionEvent) -> tuple[str, str] | None:
+    """``(start, end)`` event ids when ``event`` is a compaction summary, else None.
+
+    A summary is an event whose ``action.custom`` is exactly
+    ``{"compaction": {"start": <event id>, "end": <event id>}}``; it stands for the events from
+    ``start`` to ``end`` in an agent's history (``SessionService.load_history``).
+
+    >>> summary = SessionEvent(action=AgentAction(custom={"compaction": {"start": "e1",
+    ...                                                                  "end": "e9"}}))
+    >>> compaction_range(summary)
+    ('e1', 'e9')
+    """
+    if event.action is None:
+        return None
+    custom = event.action.custom
+    if not isinstance(custom, dict) or custom.keys() != {"compaction"}:
+        return None
+    covered = custom["compaction"]
+    if not isinstance(covered, dict) or covered.keys() != {"start", "end"}:
+        return None
+    start, end = covered["start"], covered["end"]
+    if isinstance(start, str) and isinstance(end, str) and start and end:
+        return start, end
+    return None
+
+
+def _check_text(value: object, what: str, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise SessionStoreError(f"{what} must be a str, not {type(value).__name__}")
+    if (not value and not allow_empty) or len(value) > MAX_NAME_LENGTH:
+        raise SessionStoreError(
+            f"{what} must have {0 if allow_empty else 1} to {MAX_NAME_LENGTH} characters "
+            f"(got {len(value)})")
+    if "\x00" in value:
+        # PostgreSQL text cannot hold NUL, and the ids are joined with NUL to hash them.
+        raise SessionStoreError(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SessionStoreError(
+            f"{what} must encode as UTF-8 (it contains an unpaired surrogate)") from None
+    return value
+
+
+def validate_session_name(value: object, what: str) -> str:
+    """``value`` if it is a valid app name, user id or session id, else ``SessionStoreError``.
+
+    Valid: a ``str`` of 1–255 characters, without NUL, that encodes as UTF-8 (the rule of
+    checkpoint ids). ``what`` names the argument in the message (``"user_id"``); the value is
+    never quoted. Every service calls this before touching storage.
+
+    >>> validate_session_name("s-1", "session_id")
+    's-1'
+    """
+    return _check_text(value, what)
+
+
+def validate_state_key(key: object) -> Scope:
+    """The scope of the state key ``key``, or ``SessionStoreError`` if it cannot be stored.
+
+    A key is a ``str``; without its prefix it has 1–255 characters, no NUL, and encodes as
+    UTF-8. ``temp:`` keys are checked the same way (a bad one is a bug even if never stored).
+
+    >>> validate_state_key("user:name")
+    'user'
+    """
+    if not isinstance(key, str):
+        raise SessionStoreError(f"a state key must be a str, not {type(key).__name__}")
+    scope = state_scope(key)
+    name = key if scope == "session" else key.partition(":")[2]
+    _check_text(name, "a state key (without its prefix)")
+    return scope
+
+
+def validate_lock_timeout(timeout: object) -> float:
+    """``timeout`` as a float if it is a number of seconds >= 0, else ``ValueError``."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"the lock timeout must be a number of seconds, not "
+                        f"{type(timeout).__name__}")
+    seconds = float(timeout)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError("the lock timeout must be a number of seconds >= 0")
+    return seconds
