@@ -690,3 +690,28 @@ async def test_cancelling_the_run_from_outside_propagates_and_cancels_the_tools(
         await task
     assert sorted(cancelled) == [f"tool {n}" for n in range(n_calls)]
     assert no_other_tasks()
+
+
+@pytest.mark.parametrize("shape", ["nothing pending", "unknown pending", "unknown result",
+                                   "call without outcome", "repeated ids", "bad return"])
+def test_resume_with_an_inconsistent_state_is_refused(shape: str) -> None:
+    """A stored state whose calls, results and pending calls do not match (a corrupt or
+    hand-edited checkpoint) is a ConfigurationError before anything runs, not a KeyError
+    half-way through the batch."""
+    from relaykit.agents.chat import ChatModelAgentState, PendingToolCall, ToolCallResult
+
+    a, b = rk.ToolCall("a", "t", "{}"), rk.ToolCall("b", "t", "{}")
+    done = ToolCallResult(rk.Message.tool("ok", tool_call_id="a", tool_name="t"))
+    states = {
+        "nothing pending": ChatModelAgentState([], [a], {"a": done}, {}),
+        "unknown pending": ChatModelAgentState([], [a], {"a": done}, {"x": PendingToolCall()}),
+        "unknown result": ChatModelAgentState([], [a], {"x": done}, {"a": PendingToolCall()}),
+        "call without outcome": ChatModelAgentState([], [a, b], {}, {"a": PendingToolCall()}),
+        "repeated ids": ChatModelAgentState([], [a, a], {}, {"a": PendingToolCall()}),
+        "bad return": ChatModelAgentState([], [a], {}, {"a": PendingToolCall()},
+                                          return_directly_call="zz"),
+    }
+    agent = rk.ChatModelAgent("A", "a", "i", rk.ScriptedModel([]))
+    info = rk.ResumeInfo(False, None, True, states[shape], True, None)
+    with pytest.raises(rk.errors.ConfigurationError, match="inconsistent interrupt state"):
+        agent.resume(rk.RunContext(), info)

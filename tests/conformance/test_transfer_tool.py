@@ -270,3 +270,25 @@ def test_exit_loop_is_the_registered_builtin_and_a_lookalike_is_refused() -> Non
 
     with pytest.raises(rk.errors.ConfigurationError, match="exit_loop"):
         rk.ChatModelAgent("critic", model=rk.ScriptedModel([]), tools=[my_exit_loop])
+
+
+@pytest.mark.parametrize("order", [["billing", "ghost"], ["ghost", "billing"]])
+async def test_d22_one_bad_name_among_several_transfers_performs_none(order: list[str]) -> None:
+    """D3 + D22: the transfer calls of one response form a chain; when one names an unknown
+    agent, none is performed (the valid one is answered with an error too) and the model is
+    called again -- whichever comes last."""
+    first = calls(*(transfer_call(name, f"t{i}") for i, name in enumerate(order)))
+    a, am = agent("A", [first, calls(transfer_call("billing", "t9"))])
+    billing, bm = agent("billing", [say("billing here")])
+    events = await run(rk.set_sub_agents(a, [billing]), "my invoice")
+
+    assert errors(events) == []
+    assert len(am.requests) == 2
+    answers = {m.tool_call_id: m.content for m in am.requests[1].messages if m.role == "tool"}
+    ghost = f"t{order.index('ghost')}"
+    valid = f"t{order.index('billing')}"
+    assert answers[ghost] == "error: cannot transfer to 'ghost'; valid agents: billing"
+    assert answers[valid].startswith("error: not transferred: another transfer_to_agent call")
+    assert len(bm.requests) == 1  # billing ran once, after the second, valid response
+    assert (await summarize(events))[-1] == ("billing", ["A", "billing"], "assistant",
+                                             "billing here", None)

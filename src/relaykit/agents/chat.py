@@ -147,6 +147,12 @@ class _TransferTool:
         ctx.set_action(AgentAction(transfer_to_agent=TransferToAgentAction(name)))
         return f"successfully transferred to agent [{name}]"
 
+    def accepts(self, call: ToolCall) -> bool:
+        """True when ``call`` names a valid target (checked before a batch runs)."""
+        arguments = _parse_arguments(call)
+        return (not isinstance(arguments, ToolCallResult)
+                and arguments.get("agent_name") in self._targets)
+
 
 class _ExitTool:
     spec = EXIT_TOOL
@@ -503,6 +509,17 @@ class ChatModelAgent:
             raise ConfigurationError(
                 f"ChatModelAgent {self.name!r} was asked to resume with an invalid interrupt "
                 f"state of type {type(state).__name__}")
+        ids = [call.id for call in state.calls]
+        known = set(ids)
+        if (len(known) != len(ids) or not state.pending or not set(state.pending) <= known
+                or not set(state.results) <= known
+                or any(i not in state.pending and i not in state.results for i in ids)
+                or state.return_directly_call not in (None, *ids)):
+            # A stored state whose calls, results and pending calls do not match (a corrupt
+            # or hand-edited checkpoint): refuse it rather than fail half-way through.
+            raise ConfigurationError(
+                f"ChatModelAgent {self.name!r} was asked to resume with an inconsistent "
+                "interrupt state (its tool calls, results and pending calls do not match)")
         return self._loop(ctx, None, state.remaining_iterations, info.enable_streaming, state)
 
     async def _loop(self, ctx: RunContext, input: AgentInput | None, remaining: int,
@@ -554,6 +571,8 @@ class ChatModelAgent:
                         state.return_directly_call = call.id
                         break
                 todo: list[tuple[ToolCall, ResumeInfo | None]] = [(c, None) for c in state.calls]
+                for ev in self._refuse_partial_transfers(prepared, state, todo):
+                    yield ev
             else:
                 state, paused = paused, None
                 todo = []
@@ -587,6 +606,32 @@ class ChatModelAgent:
                         self._save_output(ctx, result.message.content)
                     return
             remaining = state.remaining_iterations
+
+    @staticmethod
+    def _refuse_partial_transfers(prepared: _Prepared, state: ChatModelAgentState,
+                                  todo: list[tuple[ToolCall, ResumeInfo | None]]
+                                  ) -> list[AgentEvent]:
+        """Several transfer calls in one response form a chain (D3); if any names an agent
+        that cannot be reached (D22), none transfers: the valid ones are answered with an
+        error too (removed from ``todo``) and the model is called again to choose anew."""
+        transfer = prepared.tools.get(TRANSFER_TOOL_NAME)
+        if not isinstance(transfer, _TransferTool):
+            return []
+        calls = [c for c, _ in todo if c.name == TRANSFER_TOOL_NAME]
+        if len(calls) < 2 or all(transfer.accepts(c) for c in calls):
+            return []
+        refused = {c.id for c in calls if transfer.accepts(c)}
+        todo[:] = [item for item in todo if item[0].id not in refused]
+        events = []
+        for call in calls:
+            if call.id in refused:
+                result = _error_result(call, "not transferred: another transfer_to_agent call "
+                                             "in this response names an agent that cannot be "
+                                             "reached; call it again with valid agents only")
+                state.results[call.id] = result
+                if call.id != state.return_directly_call:  # that one is delivered last
+                    events.append(_result_event(result))
+        return events
 
     def _save_output(self, ctx: RunContext, text: str) -> None:
         if self.output_key:
