@@ -122,14 +122,36 @@ class SessionService(Protocol):
 
     Every method validates app names, user ids and session ids first (``validate_session_name``)
     and reports storage failures as ``SessionStoreError`` naming the operation and the session,
-    never stored content. A stored event that cannot be loaded is a ``SerializationError``
-    naming the session and the event id.
+    never stored content. A stored event or value that cannot be loaded is a
+    ``SerializationError`` naming the session and the event id (or the state key).
+
+    >>> async def first_turn(service: SessionService) -> list[SessionEvent]:
+    ...     session = await service.create_session("shop", "u1", "s1")
+    ...     async with service.lock("shop", "u1", "s1", timeout=10):
+    ...         await service.append_event(session, SessionEvent(
+    ...             author="user", message=Message.user("hi"), state_delta={"user:seen": 1}))
+    ...         return await service.load_history("shop", "u1", "s1")
+
+    Args of every method:
+        app_name: the app the session belongs to.
+        user_id: the user the session belongs to.
+        session_id: the session's id within the app and user.
     """
 
     async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
                              state: Mapping[str, Any] | None = None) -> Session:
-        """Create a session (a uuid4 hex id when ``session_id`` is None) with initial ``state``
-        (stored by scope, ``temp:`` keys dropped); ``SessionExistsError`` if the id is taken."""
+        """Create a session and return it (no events, its merged state).
+
+        ``SessionExistsError`` if the id is taken.
+
+        Args:
+            app_name: the app.
+            user_id: the user.
+            session_id: the new session's id; None generates one (a uuid4 hex).
+            state: initial state, stored by scope like an event's ``state_delta`` (``app:`` and
+                ``user:`` keys change the app's and the user's state; ``temp:`` keys are
+                dropped).
+        """
         ...
 
     async def get_session(self, app_name: str, user_id: str,
@@ -142,26 +164,52 @@ class SessionService(Protocol):
         ...
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
-        """Delete the session, its events, its own state and its pause (no error if absent)."""
+        """Delete the session, its events, its own state and its pause (no error if absent).
+
+        The app's and the user's state stay.
+        """
         ...
 
     async def append_event(self, session: Session, event: SessionEvent) -> SessionEvent:
-        """Store ``event`` at the end of ``session`` in one transaction and return the stored
-        copy; also updates the ``session`` object. ``SessionNotFoundError`` if the session does
-        not exist. ``event`` itself is never changed."""
+        """Store ``event`` at the end of the session in one transaction; return the stored copy.
+
+        The copy has ``id`` and ``timestamp`` set (a non-empty id and a non-zero timestamp
+        given by the caller are kept) and no ``temp:`` keys in its ``state_delta``; ``event``
+        itself is never changed. The delta is applied by scope: ``app:`` keys to the app's
+        state, ``user:`` keys to the user's, plain keys to the session's. The ``session``
+        object is updated too (``state``, ``events``, ``last_update_time``), as the store was.
+
+        ``SessionNotFoundError`` if the session does not exist (or was deleted). A compaction
+        summary (``compaction_range``) whose ``end`` event is not in the session is refused
+        with ``SessionStoreError``.
+
+        Args:
+            session: the session to append to (from ``create_session`` or ``get_session``).
+            event: the complete event to store.
+        """
         ...
 
     async def load_history(self, app_name: str, user_id: str,
                            session_id: str) -> list[SessionEvent]:
         """The events an agent's history needs: the latest compaction summary followed by the
         events after the last one it covers; every event when there is no summary.
-        ``SessionNotFoundError`` if the session does not exist."""
+
+        ``SessionNotFoundError`` if the session does not exist.
+        """
         ...
 
     async def set_checkpoint(self, app_name: str, user_id: str, session_id: str,
                              data: bytes | None) -> None:
-        """Store the session's pause (the Runner's checkpoint document), or delete it
-        (``None``). Storing one for a session that does not exist is ``SessionNotFoundError``."""
+        """Store the session's pause, replacing any, or delete it.
+
+        ``SessionNotFoundError`` when storing one for a session that does not exist.
+
+        Args:
+            app_name: the app.
+            user_id: the user.
+            session_id: the session.
+            data: the pause (the Runner's checkpoint document), or None to delete it.
+        """
         ...
 
     async def get_checkpoint(self, app_name: str, user_id: str,
@@ -173,9 +221,15 @@ class SessionService(Protocol):
              timeout: float) -> AbstractAsyncContextManager[None]:
         """Hold the session's turn lock for an ``async with`` block, across tasks and processes.
 
-        Waits at most ``timeout`` seconds, then ``SessionBusyError``. Released when the block
-        ends, and when the holder's process dies. Not reentrant; does not check that the
-        session exists.
+        Released when the block ends, and when the holder's process dies. Not reentrant; does
+        not check that the session exists.
+
+        Args:
+            app_name: the app.
+            user_id: the user.
+            session_id: the session.
+            timeout: the longest wait in seconds (0: one attempt; ``math.inf``: no limit),
+                then ``SessionBusyError`` naming the session.
         """
         ...
 
@@ -270,7 +324,12 @@ def validate_state_key(key: object) -> Scope:
 
 
 def validate_lock_timeout(timeout: object) -> float:
-    """``timeout`` as a float if it is a number of seconds >= 0, else ``ValueError``."""
+    """``timeout`` as a float if it is a number of seconds >= 0, else ``ValueError`` (or
+    ``TypeError`` when it is not a number).
+
+    >>> validate_lock_timeout(5)
+    5.0
+    """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"the lock timeout must be a number of seconds, not "
                         f"{type(timeout).__name__}")

@@ -199,8 +199,16 @@ class DatabaseSessionService:
     ``flock`` do not work over network file systems); the turn locks of a SQLite database are
     files in the folder ``<database file>.locks`` next to it.
 
-    >>> async with DatabaseSessionService("sqlite+aiosqlite:///app.db") as s:  # doctest: +SKIP
-    ...     session = await s.create_session("shop", "u1")
+    >>> import asyncio, os, tempfile
+    >>> async def main(path: str) -> dict[str, object]:
+    ...     async with DatabaseSessionService(f"sqlite+aiosqlite:///{path}") as service:
+    ...         session = await service.create_session("shop", "u1", "s1")
+    ...         await service.append_event(session, SessionEvent(
+    ...             author="user", state_delta={"user:lang": "fr", "cart": 2}))
+    ...         return (await service.get_session("shop", "u1", "s1")).state
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     asyncio.run(main(os.path.join(folder, "app.db")))
+    {'user:lang': 'fr', 'cart': 2}
 
     Args:
         url: ``sqlite+aiosqlite:///path.db`` or ``postgresql+asyncpg://user@host/db``.

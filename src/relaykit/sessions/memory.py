@@ -55,6 +55,9 @@ class _StoredSession:
 class InMemorySessionService:
     """A ``SessionService`` in dicts: nothing survives the process.
 
+    The turn lock is an ``asyncio.Lock`` per session: it serialises the tasks of this process.
+
+    >>> import asyncio
     >>> service = InMemorySessionService()
     >>> session = asyncio.run(service.create_session("shop", "u1", "s1", {"user:name": "Ada"}))
     >>> session.state
