@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, Generic, TypeVar
 
-from relaykit.errors import RelayKitError
+from relaykit.errors import AbortedError
 
 T = TypeVar("T")
 
@@ -30,12 +30,12 @@ def must_propagate(exc: BaseException) -> bool:
 
 def ended_with(exc: BaseException, what: str) -> Exception:
     """The error an event carries for ``what`` (an agent, tool or branch) that ended with
-    ``exc``: ``exc`` itself when it is an ``Exception``, else a ``RelayKitError`` naming the
+    ``exc``: ``exc`` itself when it is an ``Exception``, else an ``AbortedError`` naming the
     ``BaseException`` (with ``exc`` as its cause), so that nobody re-raises a bare
     ``CancelledError`` or ``GeneratorExit`` later."""
     if isinstance(exc, Exception):
         return exc
-    err = RelayKitError(f"{what} ended with {type(exc).__name__}"
+    err = AbortedError(f"{what} ended with {type(exc).__name__}"
                         + (f": {exc}" if str(exc) else ""))
     err.__cause__ = exc
     return err

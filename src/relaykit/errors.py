@@ -9,6 +9,7 @@ runs (``CheckpointNotFoundError``, ``SerializationError``, ``ResumeTargetError``
 from __future__ import annotations
 
 __all__ = [
+    "AbortedError",
     "AgentRunError",
     "ArtifactNameError",
     "ArtifactStoreError",
@@ -37,6 +38,17 @@ class RelayKitError(Exception):
     """Base class of every error relaykit raises on purpose.
 
     >>> issubclass(ToolError, RelayKitError)
+    True
+    """
+
+
+class AbortedError(RelayKitError):
+    """An agent, tool or workflow branch ended with a ``BaseException`` that was not a
+    cancellation of the run from outside: a ``CancelledError`` it caught from something
+    another task cancelled, a ``GeneratorExit`` it raised... (D24). The original exception is
+    ``__cause__``. Inside a ``ParallelAgent`` it stops every branch.
+
+    >>> issubclass(AbortedError, RelayKitError)
     True
     """
 

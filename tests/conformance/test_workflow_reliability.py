@@ -489,3 +489,64 @@ async def test_agent_tool_never_reraises_a_bare_base_exception_carried_by_an_err
     assert (error.agent_name, str(error.error)) == (
         "lead", "agent tool 'inner' ended with CancelledError")
     assert error.error is not None and error.error.__cause__ is cancelled
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "generator_exit", "tool_cancelled"])
+async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(
+        ending: str) -> None:
+    """D24 with ordinary agents (no test-only flow wrapper): a leaf agent -- or a tool of an
+    LLM agent -- in one branch ending with CancelledError / GeneratorExit stops the parallel
+    workflow: the sibling is cancelled and awaited, and the run ends with one error event
+    naming the branch."""
+    sibling_closed = asyncio.Event()
+
+    class Waits(rk.BaseAgent):
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
+                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            try:
+                yield rk.AgentEvent.from_message(rk.Message.assistant("a start"))
+                await asyncio.Event().wait()  # never set: only a cancellation ends it
+                yield rk.AgentEvent.from_message(rk.Message.assistant("a never"))
+            finally:
+                sibling_closed.set()
+
+    class Ends(rk.BaseAgent):
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
+                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.AgentEvent.from_message(rk.Message.assistant("b start"))
+            await asyncio.sleep(0)
+            if ending == "cancelled":
+                fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                asyncio.get_running_loop().call_soon(fut.cancel)
+                await fut
+            raise GeneratorExit
+
+    @rk.tool
+    async def wait_for_cancelled() -> str:
+        """Awaits a future someone else cancels."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(fut.cancel)
+        await fut
+        return "never"
+
+    if ending == "tool_cancelled":
+        b: rk.Agent = rk.ChatModelAgent("b", "b", "use the tool", rk.ScriptedModel(
+            [rk.Message.assistant("", [rk.ToolCall("c1", "wait_for_cancelled", "{}")])]),
+            tools=[wait_for_cancelled])
+    else:
+        b = Ends("b", "b")
+    fan = rk.ParallelAgent("fan", [Waits("a", "a"), b])
+    events = await asyncio.wait_for(
+        _collect_events(rk.Runner(fan).query("go")), 10)
+    texts = [ev.output.message.content for ev in events
+             if ev.output is not None and ev.output.message is not None]
+    assert "a never" not in texts
+    assert sibling_closed.is_set()
+    last = events[-1]
+    assert isinstance(last.error, rk.errors.AbortedError)
+    assert str(last.error).startswith("parallel branch 'b' ended with ")
+    assert [e for e in events if e.error is not None] == [last]
+
+
+async def _collect_events(events: AsyncIterator[rk.AgentEvent]) -> list[rk.AgentEvent]:
+    return [ev async for ev in events]

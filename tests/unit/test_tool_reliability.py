@@ -162,3 +162,15 @@ def test_builtin_tools_are_registered_by_identity() -> None:
     assert register_builtin_tool(registered) is registered
     assert is_builtin_tool(registered)
     assert not is_builtin_tool(Builtin())
+
+
+async def test_stop_iteration_from_a_sync_function_is_an_error_not_a_hang() -> None:
+    """asyncio cannot put a StopIteration into a future: carried out of the thread, it is
+    raised as the RuntimeError a coroutine would make of it (the run never hangs)."""
+    @rk.tool
+    def bad(n: int) -> str:
+        """Raises StopIteration."""
+        raise StopIteration
+
+    with pytest.raises(RuntimeError, match="raised StopIteration"):
+        await asyncio.wait_for(bad.call(tool_ctx(), {"n": 1}), 10)

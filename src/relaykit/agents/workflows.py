@@ -11,7 +11,7 @@ from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
-from relaykit.errors import ConfigurationError
+from relaykit.errors import AbortedError, ConfigurationError
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
 from relaykit.interrupts import AddressSegment, ResumeInfo, composite_interrupt, interrupt_of
@@ -223,6 +223,11 @@ class _Workflow:
                         break  # D24: after that branch's events, stop every branch
                     running -= 1
                     continue
+                if isinstance(ev.error, AbortedError):
+                    # An agent (or tool) of this branch ended with a BaseException and its flow
+                    # agent made it an error event: the branch ended that way (D24).
+                    failed.insert(0, (i, ev.error.__cause__ or ev.error))
+                    break
                 if interrupt_of(ev) is not None:
                     interrupts[i] = ev
                     continue

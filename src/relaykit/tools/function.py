@@ -221,11 +221,12 @@ class FunctionTool(Generic[P, R]):
 
 
 class _Ended:
-    """A sync function's ``GeneratorExit``, carried out of its worker thread as a value."""
+    """A sync function's ``GeneratorExit`` or ``StopIteration``, carried out of its worker
+    thread as a value."""
 
     __slots__ = ("exc",)
 
-    def __init__(self, exc: GeneratorExit) -> None:
+    def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
 
@@ -234,13 +235,19 @@ def _run_sync(fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
 
     asyncio hands a future's exception to the awaiting task by *throwing* it into the task's
     coroutine, and a ``GeneratorExit`` thrown into a coroutine closes every coroutine it awaits
-    instead of travelling through them: the agent could not tell the tool ended. So it comes
-    back as a value and is raised again, as an ordinary raise, by ``FunctionTool.call``.
+    instead of travelling through them: the agent could not tell the tool ended. And a
+    ``StopIteration`` cannot be set on a future at all (the future would stay pending for
+    ever). So both come back as a value and ``FunctionTool.call`` raises them again as an
+    ordinary raise (``StopIteration`` as the ``RuntimeError`` a coroutine would make of it).
     """
     try:
         return fn(**kwargs)
     except GeneratorExit as exc:
         return _Ended(exc)
+    except StopIteration as exc:
+        err = RuntimeError(f"tool function {getattr(fn, '__name__', '?')!r} raised StopIteration")
+        err.__cause__ = exc
+        return _Ended(err)
 
 
 @overload
