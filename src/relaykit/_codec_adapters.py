@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
 from relaykit._codec_errors import MAX_DEPTH, too_deep
+from relaykit._codec_registry import by_type
 
 __all__ = ["BUILTIN_MARKERS", "Adapter", "adapters_by_marker", "adapters_by_type",
            "materialize_streams", "register_adapter"]
@@ -152,7 +153,12 @@ def _pending_in(value: Any, seen: set[int]) -> list[Any]:
         elif isinstance(item, (list, tuple, set, frozenset)):
             children = item
         elif dataclasses.is_dataclass(item) and not isinstance(item, type):
-            children = [getattr(item, f.name) for f in dataclasses.fields(item)]
+            # Only what the codec saves: an excluded field (an interrupt point's links to its
+            # parents, say) is not part of the saved value and may lead anywhere.
+            entry = by_type.get(type(item))
+            names = (entry.saved if entry is not None
+                     else [f.name for f in dataclasses.fields(item)])
+            children = [getattr(item, name) for name in names]
         elif hasattr(item, "__slots__") and hasattr(item, "event"):
             children = (item.event,)  # a RecordedEvent of the run history
         else:

@@ -11,7 +11,7 @@ from typing import Any
 
 from relaykit.errors import ConfigurationError
 
-__all__ = ["unwrap_layers", "validate_tree"]
+__all__ = ["MAX_TREE_DEPTH", "unwrap_layers", "validate_tree"]
 
 
 def unwrap_layers(agent: Any) -> list[Any]:
@@ -35,6 +35,12 @@ def unwrap_layers(agent: Any) -> list[Any]:
     return layers
 
 
+#: The deepest agent tree a Runner accepts (the root is level 1). Every level nests its
+#: agent's event stream inside its parent's, as does every transfer (``max_transfers``, at
+#: most 250): together they stay well inside Python's recursion limit.
+MAX_TREE_DEPTH = 100
+
+
 def validate_tree(root: Any) -> None:
     """Reject duplicate names, shared agent objects, a child named like the root, a tree that
     contains itself, and cycles made only of deterministic transfers (``ConfigurationError``).
@@ -47,9 +53,9 @@ def validate_tree(root: Any) -> None:
     transfers: dict[str, list[str]] = {}
     # Depth first, children in order (the order decides which error is reported). An entry
     # is an agent to visit, or (None, ids): its subtree is done, take its layers off the path.
-    stack: list[tuple[Any, tuple[int, ...]]] = [(root, ())]
+    stack: list[tuple[Any, tuple[int, ...], int]] = [(root, (), 1)]
     while stack:
-        agent, leaving = stack.pop()
+        agent, leaving, depth = stack.pop()
         if agent is None:
             on_path.difference_update(leaving)
             continue
@@ -61,6 +67,11 @@ def validate_tree(root: Any) -> None:
                     f"the agent tree contains itself: {agent.name!r} is its own descendant")
             if layer_id in objects:
                 raise _appears_twice(agent.name)
+        if depth > MAX_TREE_DEPTH:
+            raise ConfigurationError(
+                f"the agent tree is deeper than {MAX_TREE_DEPTH} levels (at {agent.name!r}): "
+                "every level runs inside its parent's event stream, and a tree this deep "
+                "would reach Python's recursion limit; flatten it")
         objects.update(ids)
         name = agent.name
         if agent is not root and name == root.name:
@@ -85,8 +96,8 @@ def validate_tree(root: Any) -> None:
                 listed.add(id(sub))
                 children.setdefault(id(sub), sub)
         on_path.update(ids)
-        stack.append((None, ids))
-        stack.extend((sub, ()) for sub in reversed(children.values()))
+        stack.append((None, ids, depth))
+        stack.extend((sub, (), depth + 1) for sub in reversed(children.values()))
     _check_transfer_cycles(transfers)
 
 

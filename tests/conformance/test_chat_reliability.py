@@ -353,7 +353,7 @@ def test_a_registered_builtin_tool_may_carry_a_reserved_name() -> None:
 
     builtin = register_builtin_tool(ExitLoop())
     a = rk.ChatModelAgent("A", "d", model=rk.ScriptedModel([]), tools=[builtin])
-    assert a.tools == [builtin]
+    assert a.tools == (builtin,)
     with pytest.raises(ConfigurationError, match="exit_loop"):
         rk.ChatModelAgent("A", "d", model=rk.ScriptedModel([]), tools=[ExitLoop()])
 
@@ -715,3 +715,20 @@ def test_resume_with_an_inconsistent_state_is_refused(shape: str) -> None:
     info = rk.ResumeInfo(False, None, True, states[shape], True, None)
     with pytest.raises(rk.errors.ConfigurationError, match="inconsistent interrupt state"):
         agent.resume(rk.RunContext(), info)
+
+
+def test_tools_assigned_after_construction_are_checked_too() -> None:
+    """The reserved-name and duplicate checks also apply when ``tools`` is assigned later,
+    and the tools are a tuple (an ``append`` cannot slip past the checks)."""
+    @rk.tool(name="exit")
+    def fake_exit() -> str:
+        """Looks like the built-in."""
+        return "x"
+
+    agent = rk.ChatModelAgent("A", "a", "i", rk.ScriptedModel([]), exit_tool=True)
+    assert agent.tools == ()
+    with pytest.raises(rk.errors.ConfigurationError, match="reserved"):
+        agent.tools = [fake_exit]
+    with pytest.raises(AttributeError):
+        agent.tools.append(fake_exit)  # type: ignore[attr-defined]
+    assert agent.tools == ()

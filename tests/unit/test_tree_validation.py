@@ -1,4 +1,5 @@
-"""D13 / D23: tree validation walks iteratively — any depth is checked, never RecursionError."""
+"""D13 / D23: tree validation walks iteratively and limits the depth of a tree — never
+RecursionError, however deep the tree or long the transfer chains."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 import pytest
 
 import relaykit as rk
-from relaykit._tree import unwrap_layers, validate_tree
+from relaykit._tree import MAX_TREE_DEPTH, unwrap_layers, validate_tree
 from relaykit.errors import ConfigurationError
 from tests.conformance.helpers import ScriptedAgent
 
@@ -25,25 +26,37 @@ def _chain(depth: int) -> rk.FlowAgent:
     return node
 
 
-def test_a_5000_deep_chain_of_sub_agents_builds_a_runner() -> None:
-    """D23: a 5,000-deep tree is validated without RecursionError (no depth limit)."""
-    root = _chain(DEPTH)
-    runner = rk.Runner(root)
-    assert runner.agent is root
+def test_a_5000_deep_chain_of_sub_agents_is_refused_with_the_depth_limit() -> None:
+    """D23: a 5,000-deep tree is refused with ConfigurationError naming the limit (it could
+    not run), not RecursionError."""
+    with pytest.raises(ConfigurationError,
+                       match=f"deeper than {MAX_TREE_DEPTH} levels \\(at 'a{MAX_TREE_DEPTH}'\\)"):
+        rk.Runner(_chain(DEPTH))
 
 
-def test_a_duplicate_name_at_the_bottom_of_a_5000_deep_chain_is_reported() -> None:
+async def test_a_tree_at_the_depth_limit_builds_and_runs() -> None:
+    """The deepest accepted tree runs: control is transferred down to the bottom agent."""
+    node: rk.Agent = ScriptedAgent(f"a{MAX_TREE_DEPTH - 1}", ["bottom"])
+    for i in range(MAX_TREE_DEPTH - 2, -1, -1):
+        node = rk.set_sub_agents(ScriptedAgent(f"a{i}", [rk.AgentEvent.transfer(f"a{i + 1}")]),
+                                 [node])
+    result = await rk.Runner(node, max_transfers=MAX_TREE_DEPTH).invoke("go")
+    assert result.output is not None and result.output.content == "bottom"
+    assert len(result.events[-1].run_path) == MAX_TREE_DEPTH
+
+
+def test_a_duplicate_name_at_the_bottom_of_the_deepest_chain_is_reported() -> None:
     """D13 checks still apply at any depth: the bottom agent named like a middle one."""
-    node: rk.Agent = ScriptedAgent("a2500")
-    for i in range(DEPTH - 2, -1, -1):
+    node: rk.Agent = ScriptedAgent("a50")
+    for i in range(MAX_TREE_DEPTH - 2, -1, -1):
         node = rk.set_sub_agents(ScriptedAgent(f"a{i}"), [node])
-    with pytest.raises(ConfigurationError, match="duplicate agent name 'a2500'"):
+    with pytest.raises(ConfigurationError, match="duplicate agent name 'a50'"):
         rk.Runner(node)
 
 
-def test_a_5000_deep_chain_that_contains_itself_is_reported() -> None:
+def test_a_deep_chain_that_contains_itself_is_reported() -> None:
     """The bottom agent given the root as its child: "contains itself", not a hang."""
-    root = _chain(DEPTH)
+    root = _chain(MAX_TREE_DEPTH)
     bottom = root
     while bottom.sub_agents:
         bottom = bottom.sub_agents[0]

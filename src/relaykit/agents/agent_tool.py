@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -11,16 +12,19 @@ from relaykit.agent import Agent, AgentInput
 from relaykit.checkpoints.document import Checkpoint
 from relaykit.codec import register_type
 from relaykit.context import RunContext, RunHistory
-from relaykit.errors import ConfigurationError, ToolError
+from relaykit.errors import ConfigurationError, MaxTransfersError, ToolError
 from relaykit.events import AgentEvent, transfer_messages
 from relaykit.flow import FlowAgent, as_flow_agent, rewrite_message
-from relaykit.interrupts import interrupt_of
+from relaykit.interrupts import InterruptInfo, interrupt_of
 from relaykit.messages import Message
 from relaykit.models.base import ToolSpec
 from relaykit.tools.base import ToolContext
 from relaykit.tools.function import ToolInterrupt
 
-__all__ = ["AgentTool", "AgentToolState"]
+__all__ = ["MAX_AGENT_TOOL_DEPTH", "AgentTool", "AgentToolState"]
+
+#: How deeply agents may call agents as tools within one run (D23).
+MAX_AGENT_TOOL_DEPTH = 16
 
 _DEFAULT_PARAMETERS: dict[str, object] = {
     "type": "object",
@@ -127,11 +131,25 @@ class AgentTool:
             arguments: ``{"request": <text>}``, or arguments of ``input_schema``.
         """
         outer = ctx.run_context
+        # D23: agents calling each other as tools nest without a transfer to count: bound the
+        # nesting (every agent-tool call adds a tool segment to the address).
+        depth = sum(1 for segment in outer.address if segment.kind == "tool")
+        if depth > MAX_AGENT_TOOL_DEPTH:
+            raise MaxTransfersError(
+                f"agent tool '{self.agent.name}': agents called as tools are nested deeper than "
+                f"{MAX_AGENT_TOOL_DEPTH} levels (an agent that keeps calling itself or its "
+                "caller as a tool?)")
         streaming = outer.root_input.enable_streaming if outer.root_input else False
         state = ctx.interrupt_state if ctx.was_interrupted else None
         if isinstance(state, AgentToolState):
             cp = state.checkpoint
-            interrupted = cp.interrupt(f"the checkpoint of agent tool '{self.agent.name}'")
+            # The inner run's interrupt points are in the outer checkpoint's tree, below this
+            # call's own point (they are not saved twice: see _consume).
+            below = (outer.resume_state.interrupt_below(outer.address)
+                     if outer.resume_state is not None else None)
+            interrupted = InterruptInfo(cp.interrupt_data,
+                                        below.contexts if below is not None else [], None,
+                                        dict(cp.pending_chains))
             inner = RunContext(address=outer.address, history=cp.history(outer.history.values),
                                root_input=cp.root_input, options=outer.options,
                                resume_state=outer.resume_state)
@@ -162,8 +180,13 @@ class AgentTool:
                     last = ev
                     interrupted = interrupt_of(ev)
                     if interrupted is not None:
-                        raise ToolInterrupt("agent tool interrupt",
-                                            AgentToolState(Checkpoint.of(inner, interrupted)),
+                        # The inner points (and their states) become part of the caller's
+                        # tree through ``sub_interrupts``; the saved state keeps the rest of
+                        # the inner run. Saving the points here too would nest every deeper
+                        # agent tool's state twice per level: exponential in the depth.
+                        checkpoint = dataclasses.replace(Checkpoint.of(inner, interrupted),
+                                                         points=[])
+                        raise ToolInterrupt("agent tool interrupt", AgentToolState(checkpoint),
                                             sub_interrupts=(interrupted,))
         except Exception:
             raise  # errors and interrupts as they are

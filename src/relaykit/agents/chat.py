@@ -415,8 +415,6 @@ class ChatModelAgent:
         self.instruction = instruction
         #: The chat model the agent calls.
         self.model: ChatModel = model
-        #: The tools the model may call.
-        self.tools = list(tools)
         #: The most model calls in one turn.
         self.max_iterations = max_iterations if max_iterations > 0 else 20
         #: The session value the final answer is saved under, if any.
@@ -425,21 +423,35 @@ class ChatModelAgent:
         self.return_directly = frozenset(return_directly)
         #: Whether the built-in ``exit`` tool is offered.
         self.exit_tool = exit_tool
-        names = [t.spec.name for t in self.tools]
+        self._prepared: dict[tuple[tuple[str, str], ...], _Prepared] = {}
+        self._tools: tuple[Tool, ...] = ()
+        self.tools = tools
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools the model may call (assign a new sequence to change them: it is checked
+        again, as when the agent was built)."""
+        return self._tools
+
+    @tools.setter
+    def tools(self, tools: Sequence[Tool]) -> None:
+        checked = tuple(tools)
+        names = [t.spec.name for t in checked]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
-            raise ConfigurationError(f"ChatModelAgent {name!r}: duplicate tool names "
+            raise ConfigurationError(f"ChatModelAgent {self.name!r}: duplicate tool names "
                                      f"{sorted(duplicates)}")
-        for t in self.tools:
+        for t in checked:
             # D24: the agent adds its built-ins by name; a user tool of that name would be
             # silently replaced (or would shadow the built-in) -- refuse it instead.
             if t.spec.name in RESERVED_TOOL_NAMES and not is_builtin_tool(t):
                 raise ConfigurationError(
-                    f"ChatModelAgent {name!r}: tool {t.spec.name!r} ({t!r}) uses a name "
+                    f"ChatModelAgent {self.name!r}: tool {t.spec.name!r} ({t!r}) uses a name "
                     f"reserved for relaykit's built-in tools "
                     f"({', '.join(sorted(RESERVED_TOOL_NAMES))}); rename the tool (for the "
                     "built-in exit tool, pass exit_tool=True)")
-        self._prepared: dict[tuple[tuple[str, str], ...], _Prepared] = {}
+        self._tools = checked
+        self._prepared = {}  # built again from the new tools
 
     def __repr__(self) -> str:
         return f"ChatModelAgent(name={self.name!r})"
