@@ -14,7 +14,12 @@ from typing import Any, TypedDict, Unpack
 from relaykit._aio import closing
 from relaykit._tree import validate_tree
 from relaykit.agent import Agent, AgentInput
-from relaykit.checkpoints.base import DEFAULT_CLAIM_TTL, CheckpointStore, validate_checkpoint_id
+from relaykit.checkpoints.base import (
+    DEFAULT_CLAIM_TTL,
+    CheckpointStore,
+    validate_checkpoint_id,
+    validate_claim_ttl,
+)
 from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
 from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
@@ -151,6 +156,8 @@ class Runner:
                     f"checkpoint store {type(checkpoint_store).__name__} lacks "
                     f"{', '.join(missing)}: a CheckpointStore must support exclusive resumes "
                     "(claim, renew, release, finish) as well as get, set and delete")
+        if checkpoint_store is not None:
+            _claim_ttl(checkpoint_store)  # a store with an unusable lease fails here, not later
         if (not isinstance(max_transfers, int) or isinstance(max_transfers, bool)
                 or not 0 <= max_transfers <= MAX_SUPPORTED_TRANSFERS):
             raise ConfigurationError(
@@ -491,12 +498,15 @@ async def _collect(events: AsyncIterator[AgentEvent]) -> RunResult:
                      interrupt.checkpoint_id if interrupt is not None else None)
 
 
+#: Releases of claims whose resume was cancelled while claiming (see _Claim.acquire).
+_background: set[asyncio.Task[None]] = set()
+
 _STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
 
 
 def _claim_ttl(store: CheckpointStore) -> float:
-    ttl = getattr(store, "claim_ttl", DEFAULT_CLAIM_TTL)
-    return float(ttl) if isinstance(ttl, int | float) and ttl > 0 else DEFAULT_CLAIM_TTL
+    """The store's claim lease (``claim_ttl``, default 5 minutes), checked."""
+    return validate_claim_ttl(getattr(store, "claim_ttl", DEFAULT_CLAIM_TTL))
 
 
 def _describe(exc: BaseException) -> str:
@@ -520,8 +530,16 @@ class _Claim:
         self._renewer: asyncio.Task[None] | None = None
 
     async def acquire(self) -> bytes:
+        """Claim the checkpoint (before any agent runs) and start renewing the claim."""
+        claiming = asyncio.ensure_future(
+            self.store.claim(self.checkpoint_id, self.owner, self.ttl))
         try:
-            data = await self.store.claim(self.checkpoint_id, self.owner, self.ttl)
+            # Shielded: a resume cancelled while its claim is being taken must not leave a
+            # claim behind that nobody releases (it would block the checkpoint for the ttl).
+            data = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            claiming.add_done_callback(self._release_if_claimed)
+            raise
         except RelayKitError:
             raise
         except Exception as exc:
@@ -531,6 +549,14 @@ class _Claim:
         self.held = True
         self._renewer = asyncio.get_running_loop().create_task(self._renew())
         return data
+
+    def _release_if_claimed(self, claiming: asyncio.Future[bytes]) -> None:
+        if claiming.cancelled() or claiming.exception() is not None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            self.store.release(self.checkpoint_id, self.owner))
+        _background.add(task)  # keep a reference until it is done
+        task.add_done_callback(_background.discard)
 
     async def _renew(self) -> None:
         while self.held:

@@ -14,20 +14,30 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self, runtime_checkable
 
-from relaykit.errors import CheckpointBusyError, CheckpointNotFoundError, CheckpointStoreError
+from relaykit.errors import (
+    CheckpointBusyError,
+    CheckpointNotFoundError,
+    CheckpointStoreError,
+    ConfigurationError,
+)
 
 __all__ = [
     "DEFAULT_CLAIM_TTL",
     "MAX_CHECKPOINT_ID_LENGTH",
+    "MAX_CLAIM_TTL",
     "CheckpointStore",
     "InMemoryCheckpointStore",
     "validate_checkpoint_id",
+    "validate_claim_ttl",
 ]
 
 #: Seconds a claim lasts unless renewed (the Runner renews every third of it while it runs).
 DEFAULT_CLAIM_TTL = 300.0
 #: The longest checkpoint id, in characters.
 MAX_CHECKPOINT_ID_LENGTH = 255
+#: The longest claim a store accepts. A stored expiry further ahead than this (or none, or
+#: not a number) is a corrupt row, and the claim counts as expired.
+MAX_CLAIM_TTL = 86_400.0
 
 
 def validate_checkpoint_id(checkpoint_id: object) -> str:
@@ -54,6 +64,19 @@ def validate_checkpoint_id(checkpoint_id: object) -> str:
         raise CheckpointStoreError(
             "a checkpoint id must encode as UTF-8 (it contains an unpaired surrogate)") from None
     return checkpoint_id
+
+
+def validate_claim_ttl(ttl: object) -> float:
+    """``ttl`` as a float if it is a valid claim lease, else ``ConfigurationError``.
+
+    >>> validate_claim_ttl(30)
+    30.0
+    """
+    if (isinstance(ttl, bool) or not isinstance(ttl, int | float)
+            or not 0.05 <= float(ttl) <= MAX_CLAIM_TTL):
+        raise ConfigurationError(
+            f"claim_ttl must be a number of seconds from 0.05 to {MAX_CLAIM_TTL:g}, not {ttl!r}")
+    return float(ttl)
 
 
 def check_data(data: object) -> bytes:
@@ -134,7 +157,7 @@ class InMemoryCheckpointStore:
     def __init__(self, *, claim_ttl: float = DEFAULT_CLAIM_TTL,
                  clock: Callable[[], float] = time.monotonic) -> None:
         #: Seconds a resume's claim lasts unless renewed (the Runner passes it to ``claim``).
-        self.claim_ttl = claim_ttl
+        self.claim_ttl = validate_claim_ttl(claim_ttl)
         self._data: dict[str, bytes] = {}
         self._claims: dict[str, tuple[str, float]] = {}  # id -> (owner, expires at)
         self._now = clock  # claims expire by this clock (tests pass a fake one)

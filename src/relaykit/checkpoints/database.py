@@ -16,7 +16,13 @@ import asyncio
 from types import TracebackType
 from typing import Self
 
-from relaykit.checkpoints.base import DEFAULT_CLAIM_TTL, check_data, validate_checkpoint_id
+from relaykit.checkpoints.base import (
+    DEFAULT_CLAIM_TTL,
+    MAX_CLAIM_TTL,
+    check_data,
+    validate_checkpoint_id,
+    validate_claim_ttl,
+)
 from relaykit.errors import (
     CheckpointBusyError,
     CheckpointNotFoundError,
@@ -88,7 +94,7 @@ class DatabaseCheckpointStore:
         #: The database URL as given.
         self.url = url
         #: Seconds a resume's claim lasts unless renewed (the Runner passes it to ``claim``).
-        self.claim_ttl = claim_ttl
+        self.claim_ttl = validate_claim_ttl(claim_ttl)
         if engine is None:
             self._engine = _db.create_store_engine(url, owner=owner)
             self._owns_engine = True
@@ -129,7 +135,7 @@ class DatabaseCheckpointStore:
                 conn = await conn.execution_options(**{_db.READ_ONLY: True})
                 row = (await conn.execute(
                     sa.select(_c.data).where(_c.checkpoint_id == checkpoint_id))).first()
-        return bytes(row[0]) if row is not None else None
+            return _stored_bytes(row[0], checkpoint_id) if row is not None else None
 
     async def set(self, checkpoint_id: str, data: bytes) -> None:
         """Save (or overwrite) ``data`` in one atomic upsert; drops any claim."""
@@ -172,20 +178,29 @@ class DatabaseCheckpointStore:
                 row = (await conn.execute(
                     sa.update(_checkpoints)
                     .where(_c.checkpoint_id == checkpoint_id,
-                           sa.or_(_c.claim_owner.is_(None), _c.claim_expires_at <= self._now,
-                                  _c.claim_owner == owner))
+                           sa.or_(_c.claim_owner.is_(None), _c.claim_owner == owner,
+                                  *self._expired()))
                     .values(claim_owner=owner, claim_expires_at=self._now + float(ttl))
                     .returning(_c.data))).first()
+                if row is not None:
+                    # Checked before the commit: a corrupt row is refused, not claimed.
+                    data = _stored_bytes(row[0], checkpoint_id)
                 # Nothing claimed: only now tell "absent" from "held by someone else". This
                 # read decides which error to raise, never whether to write.
                 exists = row is not None or (await conn.execute(
                     sa.select(_c.checkpoint_id)
                     .where(_c.checkpoint_id == checkpoint_id))).first() is not None
         if row is not None:
-            return bytes(row[0])
+            return data
         if exists:
             raise CheckpointBusyError(checkpoint_id)
         raise CheckpointNotFoundError(checkpoint_id)
+
+    def _expired(self) -> tuple[sa.ColumnElement[bool], ...]:
+        """When a claim counts as expired: its time has come, or its stored expiry is not a
+        usable time (NULL, NaN, text, or further ahead than any claim may last: corrupt)."""
+        expires = _c.claim_expires_at
+        return (expires.is_(None), expires <= self._now, expires > self._now + MAX_CLAIM_TTL)
 
     async def renew(self, checkpoint_id: str, owner: str, ttl: float) -> None:
         """Extend ``owner``'s unexpired claim to ``ttl`` seconds from now.
@@ -208,8 +223,7 @@ class DatabaseCheckpointStore:
                     # an owner told its claim is lost cannot finish the resume afterwards.
                     await conn.execute(
                         sa.update(_checkpoints)
-                        .where(_c.checkpoint_id == checkpoint_id,
-                               _c.claim_expires_at <= self._now)
+                        .where(_c.checkpoint_id == checkpoint_id, sa.or_(*self._expired()))
                         .values(claim_owner=None, claim_expires_at=None))
         if lost:
             raise CheckpointBusyError(
@@ -296,3 +310,13 @@ class _StorageFailures:
             f"the checkpoint store could not {what}: {_db.describe_failure(exc)} from "
             f"{backend}. Check that the database is reachable and writable (the driver's "
             "message is withheld: it can contain stored content)") from None
+
+
+def _stored_bytes(value: object, checkpoint_id: str) -> bytes:
+    """The stored document, or ``CheckpointStoreError`` for a corrupt row (never ``bytes()``
+    of a number, which would allocate that many bytes)."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise CheckpointStoreError(
+        f"checkpoint {checkpoint_id!r}: the stored row is corrupt (its data is a "
+        f"{type(value).__name__}, not bytes)")
