@@ -15,6 +15,8 @@ demo: $(STAMP)
 	$(BIN)/python -m examples.demo $(ARGS)
 
 test: $(STAMP)
+	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
@@ -25,7 +27,7 @@ fuzz: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples || true
+	$(BIN)/ruff format --check src tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/relaykit

@@ -14,8 +14,9 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     for name, module in SUITES.items():
         # Each suite in its own process, so that peak memory is measured per suite.
-        out = subprocess.run([sys.executable, "-m", module], check=True, capture_output=True,
-                             text=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-m", module], check=True, capture_output=True, text=True
+        ).stdout
         (RESULTS / f"{name}.md").write_text(out)
         print(out)
 

@@ -50,15 +50,17 @@ class Ledger:
             if last.role == "tool":
                 return Message.assistant("done")
             order = last.content.split()[-1]
-            return Message.assistant("", [ToolCall("c1", "refund",
-                                                   json.dumps({"order_id": order}))])
+            return Message.assistant(
+                "", [ToolCall("c1", "refund", json.dumps({"order_id": order}))]
+            )
 
         def forever() -> Any:
             while True:
                 yield respond
 
-        return rk.ChatModelAgent("desk", "refunds", "Refund.", rk.ScriptedModel(forever()),
-                                 tools=[refund])
+        return rk.ChatModelAgent(
+            "desk", "refunds", "Refund.", rk.ScriptedModel(forever()), tools=[refund]
+        )
 
 
 async def _drain(events: AsyncIterator[rk.AgentEvent]) -> list[rk.AgentEvent]:
@@ -109,14 +111,17 @@ async def burst(url: str) -> dict[str, Any]:
         pairs = [f"p{i}" for i in range(N_PAIRS)]
         pair_ids = await asyncio.gather(*(_interrupt(runner, o) for o in pairs))
         t0 = time.perf_counter()
-        races = await asyncio.gather(*(
-            asyncio.gather(_resume(runner, cid), _resume(runner, cid))
-            for cid in pair_ids if cid is not None))
+        races = await asyncio.gather(
+            *(
+                asyncio.gather(_resume(runner, cid), _resume(runner, cid))
+                for cid in pair_ids
+                if cid is not None
+            )
+        )
         report["race_s"] = time.perf_counter() - t0
         report["race_double_executed"] = sum(1 for o in pairs if ledger.paid[o] > 1)
         report["race_unpaid"] = sum(1 for o in pairs if ledger.paid[o] == 0)
-        report["race_losers"] = collections.Counter(
-            o for pair in races for o in pair if o != "ok")
+        report["race_losers"] = collections.Counter(o for pair in races for o in pair if o != "ok")
     return report
 
 
@@ -141,17 +146,18 @@ async def _fresh_postgres(base: str) -> tuple[str, Any]:
 
 def _row(backend: str, r: dict[str, Any]) -> str:
     losers = ", ".join(f"{k}: {v}" for k, v in sorted(r["race_losers"].items())) or "none"
-    return (f"| {backend} | {r['lost_checkpoints']} | {r['failed_resumes']} | {r['unpaid']} | "
-            f"{r['double_executed']} | {r['checkpoints_left']} | {r['race_double_executed']} | "
-            f"{r['race_unpaid']} | {losers} | {r['interrupt_s']:.2f} | {r['resume_s']:.2f} | "
-            f"{r['race_s']:.2f} |")
+    return (
+        f"| {backend} | {r['lost_checkpoints']} | {r['failed_resumes']} | {r['unpaid']} | "
+        f"{r['double_executed']} | {r['checkpoints_left']} | {r['race_double_executed']} | "
+        f"{r['race_unpaid']} | {losers} | {r['interrupt_s']:.2f} | {r['resume_s']:.2f} | "
+        f"{r['race_s']:.2f} |"
+    )
 
 
 async def main() -> None:
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(_row("SQLite (fresh file)",
-                         await burst(f"sqlite+aiosqlite:///{tmp}/burst.db")))
+        rows.append(_row("SQLite (fresh file)", await burst(f"sqlite+aiosqlite:///{tmp}/burst.db")))
     pg = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
     if pg:
         url, drop = await _fresh_postgres(pg)
@@ -159,14 +165,20 @@ async def main() -> None:
             rows.append(_row("PostgreSQL (fresh database)", await burst(url)))
         finally:
             await drop()
-    print(f"# Burst: {N_RUNS:,} concurrent interrupting runs on a cold store, {N_RUNS:,} "
-          f"concurrent resumes, {N_PAIRS} pairs of racing resumes\n")
-    print(f"Python {sys.version.split()[0]}; one process, asyncio. Counts must all be 0 except "
-          "the racing losers (one per pair: busy, or not found when the winner already "
-          "finished).\n")
-    print("| backend | lost checkpoints | failed resumes | unpaid | paid twice | checkpoints "
-          "left | race: paid twice | race: unpaid | race: losers | interrupts s | resumes s | "
-          "races s |")
+    print(
+        f"# Burst: {N_RUNS:,} concurrent interrupting runs on a cold store, {N_RUNS:,} "
+        f"concurrent resumes, {N_PAIRS} pairs of racing resumes\n"
+    )
+    print(
+        f"Python {sys.version.split()[0]}; one process, asyncio. Counts must all be 0 except "
+        "the racing losers (one per pair: busy, or not found when the winner already "
+        "finished).\n"
+    )
+    print(
+        "| backend | lost checkpoints | failed resumes | unpaid | paid twice | checkpoints "
+        "left | race: paid twice | race: unpaid | race: losers | interrupts s | resumes s | "
+        "races s |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for row in rows:
         print(row)

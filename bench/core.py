@@ -21,8 +21,9 @@ REPEATS = 5
 
 
 class Leaf(rk.BaseAgent):
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         msg = Message.assistant("x")
         for _ in range(N_EVENTS):
             yield AgentEvent.from_message(msg)
@@ -37,8 +38,9 @@ class Router(rk.BaseAgent):
         self.dest = dest
         self.reads_input = reads_input
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         if self.reads_input:
             assert len(input.messages) >= 1
         key = f"routed:{self.name}"

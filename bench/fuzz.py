@@ -42,13 +42,15 @@ PROPERTIES: list[tuple[str, float, st.SearchStrategy[Any], Callable[[Any], str]]
 ]
 
 
-def run_property(strategy: st.SearchStrategy[Any], check: Callable[[Any], str],
-                 examples: int) -> tuple[Counter[str], str | None]:
+def run_property(
+    strategy: st.SearchStrategy[Any], check: Callable[[Any], str], examples: int
+) -> tuple[Counter[str], str | None]:
     """Outcome counts of ``check`` over ``examples`` values, and the failure if one was found."""
     counts: Counter[str] = Counter()
 
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(strategy)
     def prop(value: Any) -> None:
         counts[check(value)] += 1

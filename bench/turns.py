@@ -32,8 +32,9 @@ def get_weather(city: str) -> str:
 
 def script_a() -> Iterator[Message]:
     for n in itertools.count():
-        yield Message.assistant("", [ToolCall(f"a{n}", "transfer_to_agent",
-                                              json.dumps({"agent_name": "agent_b"}))])
+        yield Message.assistant(
+            "", [ToolCall(f"a{n}", "transfer_to_agent", json.dumps({"agent_name": "agent_b"}))]
+        )
 
 
 def script_b() -> Iterator[Message]:
@@ -46,8 +47,13 @@ def build() -> tuple[rk.Runner, rk.ScriptedModel, rk.ScriptedModel]:
     model_a = rk.ScriptedModel(script_a(), record_requests=False)
     model_b = rk.ScriptedModel(script_b(), record_requests=False)
     a = rk.ChatModelAgent("agent_a", "routes questions", "Route the question.", model=model_a)
-    b = rk.ChatModelAgent("agent_b", "knows the weather", "Answer weather questions.",
-                          model=model_b, tools=[get_weather])
+    b = rk.ChatModelAgent(
+        "agent_b",
+        "knows the weather",
+        "Answer weather questions.",
+        model=model_b,
+        tools=[get_weather],
+    )
     return rk.Runner(rk.set_sub_agents(a, [b])), model_a, model_b
 
 
@@ -58,8 +64,13 @@ async def one_turn(runner: rk.Runner, messages: list[Message]) -> list[rk.AgentE
 def check(events: list[rk.AgentEvent]) -> None:
     final = events[-1].output.message if events[-1].output else None
     assert final is not None and final.content == "It is sunny in Paris.", events[-1]
-    assert [e.agent_name for e in events] == ["agent_a", "agent_a", "agent_b", "agent_b",
-                                              "agent_b"], [e.agent_name for e in events]
+    assert [e.agent_name for e in events] == [
+        "agent_a",
+        "agent_a",
+        "agent_b",
+        "agent_b",
+        "agent_b",
+    ], [e.agent_name for e in events]
 
 
 async def fresh_turns() -> list[float]:
@@ -83,17 +94,22 @@ async def growing_turns() -> tuple[list[float], int]:
         events = await one_turn(runner, history)
         times.append(time.perf_counter() - t0)
         check(events)
-        history.extend(e.output.message for e in events
-                       if e.output is not None and e.output.message is not None)
+        history.extend(
+            e.output.message
+            for e in events
+            if e.output is not None and e.output.message is not None
+        )
     return times, len(history)
 
 
 def summarize(label: str, times: list[float]) -> str:
     ms = [t * 1e3 for t in times]
     body = ms[5:]
-    return (f"| {label} | {statistics.mean(body):.3f} | {statistics.median(body):.3f} | "
-            f"{statistics.mean(ms[:20]):.3f} | {statistics.mean(ms[-20:]):.3f} | "
-            f"{statistics.mean(ms[-20:]) / statistics.mean(ms[:20]):.2f}× |")
+    return (
+        f"| {label} | {statistics.mean(body):.3f} | {statistics.median(body):.3f} | "
+        f"{statistics.mean(ms[:20]):.3f} | {statistics.mean(ms[-20:]):.3f} | "
+        f"{statistics.mean(ms[-20:]) / statistics.mean(ms[:20]):.2f}× |"
+    )
 
 
 def run() -> str:
@@ -112,8 +128,9 @@ def run() -> str:
         "| mode | mean ms/turn | median | first 20 | last 20 | last/first |",
         "|---|---:|---:|---:|---:|---:|",
         summarize("fresh run per turn", fresh),
-        summarize(f"one conversation, history passed back ({n_messages} messages at the end)",
-                  grow),
+        summarize(
+            f"one conversation, history passed back ({n_messages} messages at the end)", grow
+        ),
         "",
         f"Peak RSS of the whole process (both runs, imports included): {peak:.1f} MB "
         f"(after imports: {start_rss:.1f} MB).",

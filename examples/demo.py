@@ -25,8 +25,10 @@ def describe(ev: rk.AgentEvent, message: Message | None) -> str:
         return f"{who} ERROR: {ev.error}"
     action = ev.action
     if action is not None and action.interrupted is not None:
-        questions = "; ".join(str(c.info.get("question", c.info)) if isinstance(c.info, dict)
-                              else str(c.info) for c in action.interrupted.contexts)
+        questions = "; ".join(
+            str(c.info.get("question", c.info)) if isinstance(c.info, dict) else str(c.info)
+            for c in action.interrupted.contexts
+        )
         return f"{who} PAUSED for a human: {questions}"
     if message is None:
         return f"{who} {action}"
@@ -82,23 +84,32 @@ async def desk(model: str | None, url: str) -> None:
     print("\nLater, in a fresh Runner — a manager approves the refund:")
     async with rk.DatabaseCheckpointStore(url) as store:  # what another process would open
         fresh = rk.Runner(build_desk(model), checkpoint_store=store)
-        await show(fresh.resume("refund-1234", targets={pending: {"approved": True,
-                                                                   "by": "manager Ana"}}),
-                   history)
+        await show(
+            fresh.resume("refund-1234", targets={pending: {"approved": True, "by": "manager Ana"}}),
+            history,
+        )
         try:
             await fresh.invoke_resume("refund-1234")
         except rk.errors.CheckpointNotFoundError:
-            print("  a second approval finds nothing to resume: the checkpoint was consumed, "
-                  "so the refund is never paid twice")
+            print(
+                "  a second approval finds nothing to resume: the checkpoint was consumed, "
+                "so the refund is never paid twice"
+            )
 
 
 def cli() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model", default=None,
-                        help="a provider string such as openai:gpt-4o-mini (default: scripted)")
-    parser.add_argument("--db", default=None,
-                        help="checkpoint database URL (default: a SQLite file in a temporary "
-                             "folder), e.g. postgresql+asyncpg://user@host/db")
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="a provider string such as openai:gpt-4o-mini (default: scripted)",
+    )
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="checkpoint database URL (default: a SQLite file in a temporary "
+        "folder), e.g. postgresql+asyncpg://user@host/db",
+    )
     args = parser.parse_args()
     asyncio.run(main(args.model, args.db))
 

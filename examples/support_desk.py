@@ -41,9 +41,13 @@ def issue_refund(ctx: rk.ToolContext, order_id: str, amount: float) -> str:
         amount: the amount to refund, in euros
     """
     if not ctx.is_resume_target:
-        raise rk.ToolInterrupt({"question": f"Approve a refund of €{amount:.2f} for order "
-                                            f"{order_id}?", "order_id": order_id,
-                                "amount": amount})
+        raise rk.ToolInterrupt(
+            {
+                "question": f"Approve a refund of €{amount:.2f} for order {order_id}?",
+                "order_id": order_id,
+                "amount": amount,
+            }
+        )
     decision = ctx.resume_data or {}
     if not decision.get("approved"):
         return f"refund of €{amount:.2f} for order {order_id} was declined by {decision.get('by')}"
@@ -56,8 +60,11 @@ def _last(request: ModelRequest) -> Message:
 
 
 def _user_text(request: ModelRequest) -> str:
-    return next(m.content for m in reversed(request.messages)
-                if m.role == "user" and not m.content.startswith("For context:"))
+    return next(
+        m.content
+        for m in reversed(request.messages)
+        if m.role == "user" and not m.content.startswith("For context:")
+    )
 
 
 def _order_id(text: str) -> str:
@@ -81,8 +88,10 @@ def orders_script(request: ModelRequest, n: int) -> Message:
     last = _last(request)
     if last.role == "tool":
         order = json.loads(last.content)
-        return Message.assistant(f"Order {order['order_id']} has {order['status']} with "
-                                 f"{order['carrier']}; it arrives {order['eta']}.")
+        return Message.assistant(
+            f"Order {order['order_id']} has {order['status']} with "
+            f"{order['carrier']}; it arrives {order['eta']}."
+        )
     return _call("lookup_order", {"order_id": _order_id(_user_text(request))}, n)
 
 
@@ -92,8 +101,9 @@ def refunds_script(request: ModelRequest, n: int) -> Message:
         return Message.assistant(f"Done: {last.content}.")
     if last.role == "tool":
         total = json.loads(last.content)["total"]
-        return _call("issue_refund", {"order_id": _order_id(_user_text(request)),
-                                      "amount": total}, n)
+        return _call(
+            "issue_refund", {"order_id": _order_id(_user_text(request)), "amount": total}, n
+        )
     return _call("lookup_order", {"order_id": _order_id(_user_text(request))}, n)
 
 
@@ -114,16 +124,25 @@ def build_desk(model: str | None = None) -> rk.FlowAgent:
         return rk.models.from_string(model) if model else scripted(script)
 
     triage = rk.ChatModelAgent(
-        "triage", "Front desk: greets customers and routes them.",
+        "triage",
+        "Front desk: greets customers and routes them.",
         "You are the front desk of an online shop. Route order questions to 'orders' and "
         "refund requests to 'refunds'. When a specialist has answered, ask if there is "
-        "anything else.", model=pick(triage_script))
+        "anything else.",
+        model=pick(triage_script),
+    )
     orders = rk.ChatModelAgent(
-        "orders", "Answers questions about orders: status, delivery, contents.",
+        "orders",
+        "Answers questions about orders: status, delivery, contents.",
         "You answer questions about orders. Look orders up with lookup_order.",
-        model=pick(orders_script), tools=[lookup_order])
+        model=pick(orders_script),
+        tools=[lookup_order],
+    )
     refunds = rk.ChatModelAgent(
-        "refunds", "Handles refund requests.",
+        "refunds",
+        "Handles refund requests.",
         "You handle refunds. Look the order up, then refund its total with issue_refund.",
-        model=pick(refunds_script), tools=[lookup_order, issue_refund])
+        model=pick(refunds_script),
+        tools=[lookup_order, issue_refund],
+    )
     return rk.Supervisor(triage, [orders, refunds])

@@ -32,14 +32,20 @@ class Critic(rk.BaseAgent):
 
 
 def build() -> rk.Agent:
-    research = rk.ParallelAgent("research", [
-        llm("web", "The web says: Paris has 2.1M people."),
-        llm("docs", "Our docs say: Paris is the capital of France."),
-    ])
-    writer = llm("writer", "Draft: Paris, capital of France, 2.1M people, and much more...",
-                 "Paris: capital of France, 2.1M people.", output_key="draft")
-    refine = rk.LoopAgent("refine", [writer, Critic("critic", "reviews drafts")],
-                          max_iterations=5)
+    research = rk.ParallelAgent(
+        "research",
+        [
+            llm("web", "The web says: Paris has 2.1M people."),
+            llm("docs", "Our docs say: Paris is the capital of France."),
+        ],
+    )
+    writer = llm(
+        "writer",
+        "Draft: Paris, capital of France, 2.1M people, and much more...",
+        "Paris: capital of France, 2.1M people.",
+        output_key="draft",
+    )
+    refine = rk.LoopAgent("refine", [writer, Critic("critic", "reviews drafts")], max_iterations=5)
     return rk.SequentialAgent("report", [research, refine])
 
 

@@ -18,8 +18,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 POSTGRES_URL = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
-NO_POSTGRES = ("PostgreSQL not configured: set RELAYKIT_TEST_POSTGRES_URL "
-               "(postgresql+asyncpg://user@host:5432/db) — .ci/run does")
+NO_POSTGRES = (
+    "PostgreSQL not configured: set RELAYKIT_TEST_POSTGRES_URL "
+    "(postgresql+asyncpg://user@host:5432/db) — .ci/run does"
+)
 
 #: Backends of the database store; the PostgreSQL one is marked (and skipped without a URL).
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

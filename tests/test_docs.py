@@ -45,7 +45,7 @@ def _blocks() -> list[tuple[str, str, str, str | None]]:
             runnable = bool(_TEST_MARK.search(text[: m.start()]))
             expected = None
             if runnable:
-                out = _OUTPUT_MARK.match(text[m.end():])
+                out = _OUTPUT_MARK.match(text[m.end() :])
                 expected = out.group(1) if out else None
             kind = "test" if runnable else lang
             found.append((f"{page.name}:{line}", kind, code, expected))
@@ -59,9 +59,17 @@ SNIPPETS = [(bid, code) for bid, kind, code, _ in BLOCKS if kind == "python"]
 
 def test_the_docs_exist_and_have_runnable_examples() -> None:
     names = {p.name for p in PAGES}
-    assert {"index.md", "agents-and-events.md", "trees-and-transfer.md",
-            "llm-agents-and-tools.md", "workflows.md", "interrupts-and-resume.md",
-            "checkpoints-and-storage.md", "errors-and-limits.md", "decisions.md"} <= names
+    assert {
+        "index.md",
+        "agents-and-events.md",
+        "trees-and-transfer.md",
+        "llm-agents-and-tools.md",
+        "workflows.md",
+        "interrupts-and-resume.md",
+        "checkpoints-and-storage.md",
+        "errors-and-limits.md",
+        "decisions.md",
+    } <= names
     pages_with_examples = {bid.split(":")[0] for bid, _, _ in RUNNABLE}
     # The quickstart and the interrupt/resume walk-through at least.
     assert {"index.md", "interrupts-and-resume.md"} <= pages_with_examples
@@ -70,12 +78,17 @@ def test_the_docs_exist_and_have_runnable_examples() -> None:
 @pytest.mark.parametrize(("code", "expected"), [pytest.param(c, o, id=i) for i, c, o in RUNNABLE])
 def test_runnable_example(code: str, expected: str | None, tmp_path: Path) -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                      env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     for key in [k for k in env if k.endswith("_API_KEY")]:
         del env[key]  # examples must run offline
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=tmp_path, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0, f"example failed:\n{proc.stderr}"
     if expected is not None:
         assert proc.stdout.rstrip("\n").splitlines() == expected.rstrip("\n").splitlines()
@@ -140,9 +153,10 @@ def _links_to_docs_elsewhere() -> list[tuple[str, str, str]]:
     return links
 
 
-@pytest.mark.parametrize(("where", "page", "anchor"),
-                         [pytest.param(*link, id=link[0])
-                          for link in _links_in_docs() + _links_to_docs_elsewhere()])
+@pytest.mark.parametrize(
+    ("where", "page", "anchor"),
+    [pytest.param(*link, id=link[0]) for link in _links_in_docs() + _links_to_docs_elsewhere()],
+)
 def test_link_target_exists(where: str, page: str, anchor: str) -> None:
     assert page in ANCHORS, f"{where}: no page docs/{page}"
     if anchor:
@@ -164,13 +178,24 @@ def test_each_decision_section_names_its_decision() -> None:
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         for m in re.finditer(r'<a id="d(\d+)"></a>', text):
-            after = text[m.end(): m.end() + 400]
+            after = text[m.end() : m.end() + 400]
             assert f"D{m.group(1)}" in after, (
-                f"{page.name}: the section at #d{m.group(1)} does not name Decision D{m.group(1)}")
+                f"{page.name}: the section at #d{m.group(1)} does not name Decision D{m.group(1)}"
+            )
 
 
-FORBIDDEN = ["shared/", "seed", "spec folder", "semantics.md", "eino-reference", "conformance.md",
-             "google-adk.md", "api.md", "peers.md", "../"]
+FORBIDDEN = [
+    "shared/",
+    "seed",
+    "spec folder",
+    "semantics.md",
+    "eino-reference",
+    "conformance.md",
+    "google-adk.md",
+    "api.md",
+    "peers.md",
+    "../",
+]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)

@@ -35,8 +35,7 @@ def ended_with(exc: BaseException, what: str) -> Exception:
     ``CancelledError`` or ``GeneratorExit`` later."""
     if isinstance(exc, Exception):
         return exc
-    err = AbortedError(f"{what} ended with {type(exc).__name__}"
-                        + (f": {exc}" if str(exc) else ""))
+    err = AbortedError(f"{what} ended with {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
     err.__cause__ = exc
     return err
 

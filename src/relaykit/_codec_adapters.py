@@ -24,17 +24,40 @@ from typing import Any, Generic, TypeVar
 from relaykit._codec_errors import MAX_DEPTH, too_deep
 from relaykit._codec_registry import by_type
 
-__all__ = ["BUILTIN_MARKERS", "Adapter", "adapters_by_marker", "adapters_by_type",
-           "materialize_streams", "register_adapter"]
+__all__ = [
+    "BUILTIN_MARKERS",
+    "Adapter",
+    "adapters_by_marker",
+    "adapters_by_type",
+    "materialize_streams",
+    "register_adapter",
+]
 
 T = TypeVar("T")
 
 #: The markers the codec reads itself; an adapter may not take one of them.
-BUILTIN_MARKERS = frozenset({
-    "__tuple__", "__dict__", "__set__", "__frozenset__", "__bytes__", "__bytearray__",
-    "__datetime__", "__date__", "__time__", "__timedelta__", "__uuid__", "__decimal__",
-    "__path__", "__pureposixpath__", "__purewindowspath__", "__error__", "__type__", "__enum__",
-})
+BUILTIN_MARKERS = frozenset(
+    {
+        "__tuple__",
+        "__dict__",
+        "__set__",
+        "__frozenset__",
+        "__bytes__",
+        "__bytearray__",
+        "__datetime__",
+        "__date__",
+        "__time__",
+        "__timedelta__",
+        "__uuid__",
+        "__decimal__",
+        "__path__",
+        "__pureposixpath__",
+        "__purewindowspath__",
+        "__error__",
+        "__type__",
+        "__enum__",
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
@@ -59,10 +82,15 @@ _pending_classes: tuple[type[Any], ...] = ()
 _NAME = re.compile(r"[a-z][a-z0-9_]*[a-z0-9]|[a-z]")
 
 
-def register_adapter(cls: type[T], name: str, *, fields: Iterable[str],
-                     save: Callable[[T], Mapping[str, Any]],
-                     load: Callable[[dict[str, Any]], T],
-                     materialize: Callable[[T], Awaitable[object]] | None = None) -> None:
+def register_adapter(
+    cls: type[T],
+    name: str,
+    *,
+    fields: Iterable[str],
+    save: Callable[[T], Mapping[str, Any]],
+    load: Callable[[dict[str, Any]], T],
+    materialize: Callable[[T], Awaitable[object]] | None = None,
+) -> None:
     """Save values of ``cls`` as ``{"__<name>__": {field: value}}`` with ``fields`` named.
 
     ``save(value)`` returns the fields to save (a subset of ``fields``; each value must itself be
@@ -83,8 +111,10 @@ def register_adapter(cls: type[T], name: str, *, fields: Iterable[str],
     global _pending_classes
     marker = f"__{name}__"
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"register_adapter: name {name!r} must be lowercase letters, digits "
-                         "and inner underscores (it becomes the marker '__<name>__')")
+        raise ValueError(
+            f"register_adapter: name {name!r} must be lowercase letters, digits "
+            "and inner underscores (it becomes the marker '__<name>__')"
+        )
     if marker in BUILTIN_MARKERS:
         raise ValueError(f"register_adapter: the marker {marker!r} is the codec's own")
     names = tuple(fields)
@@ -93,17 +123,16 @@ def register_adapter(cls: type[T], name: str, *, fields: Iterable[str],
     known = adapters_by_marker.get(marker)
     # As for register_type: the same class defined again (a reloaded module) may take its
     # marker back; another class may not.
-    if (known is not None and known.cls is not cls
-            and known.cls.__qualname__ != cls.__qualname__):
-        raise ValueError(f"register_adapter: the marker {marker!r} is already used by "
-                         f"{known.cls.__qualname__}")
+    if known is not None and known.cls is not cls and known.cls.__qualname__ != cls.__qualname__:
+        raise ValueError(
+            f"register_adapter: the marker {marker!r} is already used by {known.cls.__qualname__}"
+        )
     quoted = [repr(n) for n in names]
     text = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
     adapter = Adapter(cls, marker, names, save, load, materialize, text)
     adapters_by_marker[marker] = adapter
     adapters_by_type[cls] = adapter
-    _pending_classes = tuple(a.cls for a in adapters_by_type.values()
-                             if a.materialize is not None)
+    _pending_classes = tuple(a.cls for a in adapters_by_type.values() if a.materialize is not None)
 
 
 def adapter_for(value: Any) -> Adapter[Any] | None:
@@ -156,8 +185,7 @@ def _pending_in(value: Any, seen: set[int]) -> list[Any]:
             # Only what the codec saves: an excluded field (an interrupt point's links to its
             # parents, say) is not part of the saved value and may lead anywhere.
             entry = by_type.get(type(item))
-            names = (entry.saved if entry is not None
-                     else [f.name for f in dataclasses.fields(item)])
+            names = entry.saved if entry is not None else [f.name for f in dataclasses.fields(item)]
             children = [getattr(item, name) for name in names]
         elif hasattr(item, "__slots__") and hasattr(item, "event"):
             children = (item.event,)  # a RecordedEvent of the run history

@@ -61,7 +61,7 @@ def _decode(data: Any, depth: int) -> Any:
         if "__enum__" in data:
             return _decode_enum(data)
     elif size == 1:
-        (key, inner), = data.items()
+        ((key, inner),) = data.items()
         if key.__class__ is str and key.startswith("__"):
             handler = _MARKERS.get(key)
             if handler is not None:
@@ -144,8 +144,10 @@ def _decode_adapted(adapter: Adapter[Any], inner: Any, depth: int) -> Any:
     except ValueError as exc:  # the adapter's refusal, worded with type names only
         raise corrupt(str(exc)) from None
     except Exception as exc:
-        raise SerializationError(f"stored data for {marker} was refused by "
-                                 f"{adapter.cls.__qualname__}: {type(exc).__name__}") from None
+        raise SerializationError(
+            f"stored data for {marker} was refused by "
+            f"{adapter.cls.__qualname__}: {type(exc).__name__}"
+        ) from None
 
 
 # -- registered classes ------------------------------------------------------------------------
@@ -157,11 +159,14 @@ def _registered(data: dict[str, Any], marker: str, kind: str) -> Entry:
     if entry is None:
         raise SerializationError(
             f"unknown type name {quote(name)} in stored data: register the class with "
-            f"@relaykit.register_type({quote(name)}) before loading")
+            f"@relaykit.register_type({quote(name)}) before loading"
+        )
     if (entry.kind == "enum") != (kind == "enum"):
         stored_as = "an Enum member" if kind == "enum" else "an object"
-        raise corrupt(f"type name {quote(name)} is stored as {stored_as} but is registered "
-                      f"for {entry.cls.__qualname__}")
+        raise corrupt(
+            f"type name {quote(name)} is stored as {stored_as} but is registered "
+            f"for {entry.cls.__qualname__}"
+        )
     return entry
 
 
@@ -179,8 +184,10 @@ def _decode_enum(data: dict[str, Any]) -> Any:
             return value
         return cls[member]
     except (KeyError, ValueError, TypeError):
-        raise SerializationError(f"stored data for type {entry.name!r} names a member that "
-                                 f"{cls.__qualname__} does not have") from None
+        raise SerializationError(
+            f"stored data for type {entry.name!r} names a member that "
+            f"{cls.__qualname__} does not have"
+        ) from None
 
 
 def _decode_typed(data: dict[str, Any], depth: int) -> Any:
@@ -191,37 +198,43 @@ def _decode_typed(data: dict[str, Any], depth: int) -> Any:
     if entry is None or entry.kind != "dataclass" or fields.__class__ is not dict:
         return _decode_typed_other(data, depth)
     shape = entry.shape
-    if shape is None or (shape.generation is not None
-                         and shape.generation != registry.generation):
+    if shape is None or (shape.generation is not None and shape.generation != registry.generation):
         shape = entry.shape = shape_of(entry)
     checks: dict[str, Any] = shape.checks  # Any: the loop tells tuples from predicates itself
     kwargs: dict[str, Any] = {}
     for field_name, raw in fields.items():
         check = checks.get(field_name, _UNKNOWN)
         if check is _UNKNOWN:
-            raise SerializationError(f"stored data for type {name!r} does not fit "
-                                     f"{entry.cls.__qualname__}: unknown field "
-                                     f"{quote(field_name)}")
+            raise SerializationError(
+                f"stored data for type {name!r} does not fit "
+                f"{entry.cls.__qualname__}: unknown field "
+                f"{quote(field_name)}"
+            )
         kind = raw.__class__
         if kind is str or raw is None or kind is bool or kind is int or kind is float:
             value = raw  # a scalar: no call needed
         else:
             value = _decode(raw, depth)
-        if check is not None and not (isinstance(value, check) if check.__class__ is tuple
-                                      else check(value)):
+        if check is not None and not (
+            isinstance(value, check) if check.__class__ is tuple else check(value)
+        ):
             raise SerializationError(_misfit(entry, shape, field_name, value))
         kwargs[field_name] = value
     if len(kwargs) != len(checks) and not shape.required <= kwargs.keys():
         missing = ", ".join(repr(n) for n in sorted(shape.required - kwargs.keys()))
-        raise SerializationError(f"stored data for type {name!r} does not fit "
-                                 f"{entry.cls.__qualname__}: missing required field(s) {missing}")
+        raise SerializationError(
+            f"stored data for type {name!r} does not fit "
+            f"{entry.cls.__qualname__}: missing required field(s) {missing}"
+        )
     try:
         return entry.cls(**kwargs)
     except SerializationError:
         raise
     except Exception as exc:
-        raise SerializationError(f"stored data for type {name!r} was refused by "
-                                 f"{entry.cls.__qualname__}: {type(exc).__name__}") from None
+        raise SerializationError(
+            f"stored data for type {name!r} was refused by "
+            f"{entry.cls.__qualname__}: {type(exc).__name__}"
+        ) from None
 
 
 def _decode_typed_other(data: dict[str, Any], depth: int) -> Any:
@@ -232,9 +245,11 @@ def _decode_typed_other(data: dict[str, Any], depth: int) -> Any:
     fields = data["data"]
     cls = entry.cls
     if fields.__class__ is not dict and not (
-            entry.kind == "pydantic" and getattr(cls, "__pydantic_root_model__", False)):
-        raise corrupt(f"the data of {entry.name!r} must be an object, found "
-                      f"{type(fields).__name__}")
+        entry.kind == "pydantic" and getattr(cls, "__pydantic_root_model__", False)
+    ):
+        raise corrupt(
+            f"the data of {entry.name!r} must be an object, found {type(fields).__name__}"
+        )
     value = _decode(fields, depth)
     try:
         return cls.model_validate(value)
@@ -247,8 +262,10 @@ _UNKNOWN: Any = object()
 
 def _misfit(entry: Entry, shape: Shape, field_name: str, value: Any) -> str:
     expected = type_text(shape.hints.get(field_name, Any))
-    return (f"stored data for type {entry.name!r} does not fit {entry.cls.__qualname__}: "
-            f"field {field_name!r} must be {expected}, found {describe(value)}")
+    return (
+        f"stored data for type {entry.name!r} does not fit {entry.cls.__qualname__}: "
+        f"field {field_name!r} must be {expected}, found {describe(value)}"
+    )
 
 
 def _pydantic_problem(entry: Entry, exc: Exception) -> str:
@@ -264,9 +281,13 @@ def _pydantic_problem(entry: Entry, exc: Exception) -> str:
         for item in items[:10]:
             loc = item.get("loc") or ()
             head = loc[0] if loc else None
-            place = (f"field {head!r}" if isinstance(head, str) and head in known
-                     else "the model" if head is None else "an unknown field")
+            place = (
+                f"field {head!r}"
+                if isinstance(head, str) and head in known
+                else "the model"
+                if head is None
+                else "an unknown field"
+            )
             problems.append(f"{place} ({item.get('type', 'invalid')})")
     detail = "; ".join(dict.fromkeys(problems)) or type(exc).__name__
-    return (f"stored data for type {entry.name!r} does not fit {entry.cls.__qualname__}: "
-            f"{detail}")
+    return f"stored data for type {entry.name!r} does not fit {entry.cls.__qualname__}: {detail}"

@@ -75,8 +75,10 @@ def _encode_registered(entry: Entry, value: Any, depth: int) -> Any:
         try:
             dumped = value.model_dump(mode="json", exclude=set(entry.excluded) or None)
         except Exception as exc:
-            raise SerializationError(f"cannot save {entry.cls.__qualname__} ({entry.name!r}): "
-                                     f"model_dump failed with {type(exc).__name__}") from exc
+            raise SerializationError(
+                f"cannot save {entry.cls.__qualname__} ({entry.name!r}): "
+                f"model_dump failed with {type(exc).__name__}"
+            ) from exc
         data = _encode(dumped, depth)
     return {"__type__": entry.name, "data": data}
 
@@ -87,12 +89,16 @@ def _encode_adapted(adapter: Adapter[Any], value: Any, depth: int) -> Any:
     except SerializationError:
         raise
     except Exception as exc:
-        raise SerializationError(f"cannot save a {type(value).__qualname__}: its codec adapter "
-                                 f"failed with {type(exc).__name__}") from exc
+        raise SerializationError(
+            f"cannot save a {type(value).__qualname__}: its codec adapter "
+            f"failed with {type(exc).__name__}"
+        ) from exc
     # What is written must load again: only the adapter's declared fields.
     if not fields.keys() <= frozenset(adapter.fields):
-        raise SerializationError(f"cannot save a {type(value).__qualname__}: its codec adapter "
-                                 f"gave fields other than {adapter.fields_text}")
+        raise SerializationError(
+            f"cannot save a {type(value).__qualname__}: its codec adapter "
+            f"gave fields other than {adapter.fields_text}"
+        )
     return {adapter.marker: {name: _encode(item, depth) for name, item in fields.items()}}
 
 
@@ -125,15 +131,18 @@ _SUBCLASS_ENCODERS: tuple[tuple[type[Any], Encoder], ...] = (
     *SUBCLASS_ENCODERS,
 )
 
-_SAVABLE = ("None, bool, int, float, str, list, dict, tuple, set, frozenset, bytes, bytearray, "
-            "datetime, date, time, timedelta, UUID, Decimal, pathlib paths")
+_SAVABLE = (
+    "None, bool, int, float, str, list, dict, tuple, set, frozenset, bytes, bytearray, "
+    "datetime, date, time, timedelta, UUID, Decimal, pathlib paths"
+)
 
 
 def _encode_other(value: Any, depth: int) -> Any:
     if isinstance(value, enum.Enum) and not isinstance(value, (int, float, str)):
         raise SerializationError(
             f"cannot save a member of the Enum {_where(value)}: register the Enum with "
-            "@relaykit.register_type('<stable name>') (members are saved by name)")
+            "@relaykit.register_type('<stable name>') (members are saved by name)"
+        )
     # Unregistered subclasses of the JSON scalars (an IntEnum, a str subclass) were always saved
     # as the plain value; keep doing so. The base-class methods return the exact base type.
     if isinstance(value, int):
@@ -149,12 +158,16 @@ def _encode_other(value: Any, depth: int) -> Any:
         if isinstance(value, base):
             return encoder(value, depth)
     if dataclasses.is_dataclass(value) or hasattr(value, "model_validate"):
-        advice = ("register its class with @relaykit.register_type('<stable name>') "
-                  "(dataclasses, pydantic models and Enums can be registered)")
+        advice = (
+            "register its class with @relaykit.register_type('<stable name>') "
+            "(dataclasses, pydantic models and Enums can be registered)"
+        )
     else:
-        advice = (f"convert it to one of the types relaykit saves ({_SAVABLE}) or to a "
-                  "dataclass, pydantic model or Enum registered with "
-                  "@relaykit.register_type('<stable name>')")
+        advice = (
+            f"convert it to one of the types relaykit saves ({_SAVABLE}) or to a "
+            "dataclass, pydantic model or Enum registered with "
+            "@relaykit.register_type('<stable name>')"
+        )
     raise SerializationError(f"cannot save a value of type {_where(value)}: {advice}")
 
 

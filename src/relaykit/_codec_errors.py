@@ -21,7 +21,8 @@ def too_deep() -> SerializationError:
     """The error for a value or document nested deeper than ``MAX_DEPTH``."""
     return SerializationError(
         f"the data is nested deeper than {MAX_DEPTH} levels (lists, dicts, tuples, sets and "
-        "registered objects each count one level; is it cyclic?)")
+        "registered objects each count one level; is it cyclic?)"
+    )
 
 
 def quote(text: str) -> str:

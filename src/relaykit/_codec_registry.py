@@ -57,10 +57,14 @@ def register_type(name: str, *, exclude: Iterable[str] = ()) -> Callable[[type[T
         known = by_name.get(name)
         # The same class defined again (a reloaded module, a test re-run) may take its name
         # back; another class may not.
-        if (known is not None and known.cls is not cls
-                and known.cls.__qualname__ != cls.__qualname__):
-            raise ValueError(f"register_type: name {name!r} is already used by "
-                             f"{known.cls.__qualname__}")
+        if (
+            known is not None
+            and known.cls is not cls
+            and known.cls.__qualname__ != cls.__qualname__
+        ):
+            raise ValueError(
+                f"register_type: name {name!r} is already used by {known.cls.__qualname__}"
+            )
         by_name[name] = entry
         by_type[cls] = entry
         generation += 1
@@ -81,8 +85,11 @@ def _new_entry(name: str, cls: type[Any], skipped: frozenset[str]) -> Entry:
             f = fields.get(field_name)
             if f is None:
                 raise TypeError(f"{where} has no field {field_name!r} to exclude")
-            if (f.init and f.default is dataclasses.MISSING
-                    and f.default_factory is dataclasses.MISSING):
+            if (
+                f.init
+                and f.default is dataclasses.MISSING
+                and f.default_factory is dataclasses.MISSING
+            ):
                 raise TypeError(f"{where}: excluded field {field_name!r} needs a default")
         saved = tuple(f.name for f in fields.values() if f.init and f.name not in skipped)
         return Entry(name, cls, "dataclass", saved, skipped)

@@ -46,8 +46,9 @@ class Shape:
     generation: int | None
 
 
-def build_shape(cls: type[Any], saved: Iterable[str], known: Iterable[type[Any]],
-                generation: int) -> Shape:
+def build_shape(
+    cls: type[Any], saved: Iterable[str], known: Iterable[type[Any]], generation: int
+) -> Shape:
     """The shape of dataclass ``cls`` for its ``saved`` fields.
 
     ``known`` are the registered classes: a hint naming one that the class's module imports only
@@ -64,14 +65,17 @@ def build_shape(cls: type[Any], saved: Iterable[str], known: Iterable[type[Any]]
     fields = {f.name: f for f in dataclasses.fields(cls) if f.name in wanted}
     hints, complete = _resolve_hints(cls, list(fields), known)
     checks = {name: compile_check(hints.get(name, Any)) for name in fields}
-    required = frozenset(name for name, f in fields.items()
-                         if f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)
+    required = frozenset(
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    )
     return Shape(checks, required, hints, None if complete else generation)
 
 
-def _resolve_hints(cls: type[Any], names: list[str],
-                   known: Iterable[type[Any]]) -> tuple[dict[str, Any], bool]:
+def _resolve_hints(
+    cls: type[Any], names: list[str], known: Iterable[type[Any]]
+) -> tuple[dict[str, Any], bool]:
     """Field annotations, evaluated; (hints, False) when some stay unresolved (then Any).
 
     Names imported only for type checking are looked up among the registered classes, after
@@ -151,8 +155,9 @@ def compile_check(annotation: Any, level: int = 0) -> Check:
     if base is None or not args:
         return base
     if issubclass(origin, Mapping) and len(args) == 2:
-        return _mapping_check(origin, base, compile_check(args[0], level + 1),
-                              compile_check(args[1], level + 1))
+        return _mapping_check(
+            origin, base, compile_check(args[0], level + 1), compile_check(args[1], level + 1)
+        )
     if (origin in _COLLECTIONS or origin.__module__ == "collections.abc") and len(args) == 1:
         return _collection_check(origin, base, compile_check(args[0], level + 1))
     return base
@@ -198,8 +203,9 @@ def _all_of(container: type[Any], item: Check) -> Callable[[Any], bool]:
     """
     if isinstance(item, tuple):
         classes = item
-        return lambda v: isinstance(v, container) and (
-            not v or all(map(isinstance, v, repeat(classes))))
+        return lambda v: (
+            isinstance(v, container) and (not v or all(map(isinstance, v, repeat(classes))))
+        )
     assert item is not None
     predicate = item
     return lambda v: isinstance(v, container) and (not v or all(map(predicate, v)))
@@ -212,8 +218,11 @@ def _tuple_check(args: tuple[Any, ...], level: int) -> Check:
         item = compile_check(args[0], level + 1)
         return (tuple,) if item is None else _all_of(tuple, item)
     checks = [compile_check(a, level + 1) for a in args]
-    return lambda v: (isinstance(v, tuple) and len(v) == len(checks)
-                      and all(_items_ok((x,), c) for x, c in zip(v, checks, strict=True)))
+    return lambda v: (
+        isinstance(v, tuple)
+        and len(v) == len(checks)
+        and all(_items_ok((x,), c) for x, c in zip(v, checks, strict=True))
+    )
 
 
 # The containers a document can produce; only these are iterated to check their items (a str
@@ -238,8 +247,10 @@ def _mapping_check(origin: type[Any], base: Check, key: Check, value: Check) -> 
         return keys_ok  # dict[str, Any], the usual case: one call
     values_ok = _all_of(object, value) if value is not None else (lambda v: True)
     classes = base
-    return lambda v: isinstance(v, classes) and (not isinstance(v, dict) or (
-        keys_ok(v) and values_ok(v.values())))
+    return lambda v: (
+        isinstance(v, classes)
+        and (not isinstance(v, dict) or (keys_ok(v) and values_ok(v.values())))
+    )
 
 
 def type_text(annotation: Any) -> str:

@@ -124,9 +124,12 @@ def _decode_timedelta(inner: Any, depth: int) -> datetime.timedelta:
 
 
 def _decode_error(inner: Any, depth: int) -> BaseException:
-    if (inner.__class__ is not dict or not inner.keys() <= {"type", "message"}
-            or inner.get("message").__class__ is not str
-            or inner.get("type", "").__class__ is not str):
+    if (
+        inner.__class__ is not dict
+        or not inner.keys() <= {"type", "message"}
+        or inner.get("message").__class__ is not str
+        or inner.get("type", "").__class__ is not str
+    ):
         raise corrupt("__error__ must hold an object with a str 'type' and 'message'")
     type_name = inner.get("type", "Exception")
     # The one error class the run loop acts on (a retried stream is skipped, FA-17).
@@ -138,8 +141,9 @@ def _decode_error(inner: Any, depth: int) -> BaseException:
 DECODERS: dict[str, Decoder] = {
     "__bytes__": lambda v, d: _decode_b64(v, "__bytes__"),
     "__bytearray__": lambda v, d: bytearray(_decode_b64(v, "__bytearray__")),
-    "__datetime__": _parse("__datetime__", lambda t: _with_tiny_offset(
-        datetime.datetime.fromisoformat(t), t)),
+    "__datetime__": _parse(
+        "__datetime__", lambda t: _with_tiny_offset(datetime.datetime.fromisoformat(t), t)
+    ),
     "__date__": _parse("__date__", datetime.date.fromisoformat),
     "__time__": _parse("__time__", lambda t: _with_tiny_offset(datetime.time.fromisoformat(t), t)),
     "__timedelta__": _decode_timedelta,

@@ -66,32 +66,36 @@ def create_store_engine(url: str, *, owner: str) -> AsyncEngine:
         parsed = sa.make_url(url)
     except (ArgumentError, ValueError, TypeError):
         raise ConfigurationError(
-            f"{owner}: cannot parse the database URL (scheme {scheme!r}); "
-            f"use {_URL_EXAMPLES}") from None
+            f"{owner}: cannot parse the database URL (scheme {scheme!r}); use {_URL_EXAMPLES}"
+        ) from None
     backend = parsed.get_backend_name()
     if backend not in _SUPPORTED_BACKENDS:
         raise ConfigurationError(
-            f"{owner}: database URLs with scheme {scheme!r} are not supported; "
-            f"use {_URL_EXAMPLES}")
-    if backend == "sqlite" and (parsed.database in (None, "", ":memory:")
-                                or parsed.query.get("mode") == "memory"):
+            f"{owner}: database URLs with scheme {scheme!r} are not supported; use {_URL_EXAMPLES}"
+        )
+    if backend == "sqlite" and (
+        parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+    ):
         # An in-memory SQLite database shares one connection between all tasks (their
         # transactions would mix) and is gone with the process: it cannot keep checkpoints.
         raise ConfigurationError(
             f"{owner}: an in-memory SQLite database cannot be shared safely by concurrent "
-            "tasks; use a file (sqlite+aiosqlite:///path.db), or the in-memory store")
+            "tasks; use a file (sqlite+aiosqlite:///path.db), or the in-memory store"
+        )
     try:
         engine = create_async_engine(parsed)
     except ImportError:
         extra = "sql" if backend == "sqlite" else "postgres"
         raise ConfigurationError(
             f"{owner}: the driver for {scheme!r} URLs is not installed; "
-            f"pip install 'relaykit[{extra}]'") from None
+            f"pip install 'relaykit[{extra}]'"
+        ) from None
     except Exception:
         # The driver is unknown or synchronous (sqlite://, postgresql+psycopg2://).
         raise ConfigurationError(
             f"{owner}: cannot use a {scheme!r} URL: relaykit needs an asyncio driver, "
-            f"e.g. {_URL_EXAMPLES}") from None
+            f"e.g. {_URL_EXAMPLES}"
+        ) from None
     _configure_engine(engine)
     return engine
 
@@ -105,11 +109,12 @@ def check_engine(engine: object, *, owner: str) -> AsyncEngine:
     if not isinstance(engine, AsyncEngine):
         raise ConfigurationError(
             f"{owner}: engine must be a SQLAlchemy AsyncEngine (create_async_engine), "
-            f"not {type(engine).__name__}")
+            f"not {type(engine).__name__}"
+        )
     if engine.dialect.name not in _SUPPORTED_BACKENDS:
         raise ConfigurationError(
-            f"{owner}: {engine.dialect.name!r} databases are not supported; "
-            f"use {_URL_EXAMPLES}")
+            f"{owner}: {engine.dialect.name!r} databases are not supported; use {_URL_EXAMPLES}"
+        )
     _configure_engine(engine)
     return engine
 
@@ -117,12 +122,15 @@ def check_engine(engine: object, *, owner: str) -> AsyncEngine:
 #: Execution option that marks a connection's transactions as read-only on SQLite (they then
 #: begin deferred instead of taking the write lock).
 READ_ONLY = "relaykit_read_only"
+#: Execution option: run the connection's statements outside any transaction (SQLite).
+_NO_TRANSACTION = "relaykit_no_transaction"
 
 
 def _configure_engine(engine: AsyncEngine) -> None:
     """Apply relaykit's per-connection settings to ``engine`` (idempotent)."""
     if engine.dialect.name == "sqlite" and not event.contains(
-            engine.sync_engine, "connect", _configure_sqlite_connection):
+        engine.sync_engine, "connect", _configure_sqlite_connection
+    ):
         event.listen(engine.sync_engine, "connect", _configure_sqlite_connection)
         event.listen(engine.sync_engine, "begin", _begin_sqlite_transaction)
 
@@ -132,7 +140,10 @@ def _begin_sqlite_transaction(conn: sa.Connection) -> None:
     # it under the busy timeout. A deferred transaction would start as a reader and upgrade on
     # its first write; in WAL mode that upgrade fails at once with SQLITE_BUSY (no waiting)
     # when another connection committed in between — what a burst of concurrent writers does.
-    immediate = not conn.get_execution_options().get(READ_ONLY, False)
+    options = conn.get_execution_options()
+    if options.get(_NO_TRANSACTION, False):
+        return  # statements that cannot run inside a transaction (PRAGMA journal_mode)
+    immediate = not options.get(READ_ONLY, False)
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
@@ -144,7 +155,14 @@ def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) 
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+        except Exception as exc:
+            # On a fresh file, connections opened at once race to switch it to WAL, and SQLite
+            # answers SQLITE_BUSY at once (no busy wait) to one that would deadlock. Another
+            # connection is switching it: this one goes on (migrate() switches it too).
+            if type(exc).__name__ != "OperationalError":
+                raise
     finally:
         cursor.close()
     # The driver must not open transactions by itself: relaykit begins them (see above).
@@ -161,7 +179,8 @@ def database_now(dialect_name: str) -> sa.ColumnElement[float]:
     """
     if dialect_name == "postgresql":
         return sa.literal_column(
-            "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)", sa.Double())
+            "CAST(EXTRACT(EPOCH FROM statement_timestamp()) AS DOUBLE PRECISION)", sa.Double()
+        )
     return sa.literal_column("((julianday('now') - 2440587.5) * 86400.0)", sa.Double())
 
 
@@ -176,9 +195,16 @@ async def migrate(engine: AsyncEngine) -> None:
     """
     async with engine.connect() as connection:
         if connection.dialect.name == "postgresql":
-            await connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"),
-                                     {"key": _PG_MIGRATION_LOCK_KEY})
+            await connection.execute(
+                sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK_KEY}
+            )
         else:
+            # WAL is persistent: set it once more outside any transaction, in case every
+            # connection so far lost the race above (it waits under the busy timeout).
+            await connection.execution_options(**{_NO_TRANSACTION: True})
+            await connection.exec_driver_sql("PRAGMA journal_mode=WAL")
+            await connection.commit()
+            await connection.execution_options(**{_NO_TRANSACTION: False})
             # Takes the write lock (BEGIN IMMEDIATE, see _begin_sqlite_transaction).
             await connection.begin()
         await connection.run_sync(_upgrade_to_head)
@@ -209,8 +235,10 @@ def describe_failure(exc: BaseException) -> str:
         pass
     else:
         if isinstance(exc, CommandError):
-            return ("the database holds a relaykit schema revision this version does not know "
-                    "(was it upgraded by a newer relaykit?)")
+            return (
+                "the database holds a relaykit schema revision this version does not know "
+                "(was it upgraded by a newer relaykit?)"
+            )
     original: BaseException = exc
     if isinstance(exc, DBAPIError) and isinstance(exc.orig, BaseException):
         original = exc.orig
@@ -219,12 +247,14 @@ def describe_failure(exc: BaseException) -> str:
         if cause is not None and type(cause).__module__.split(".")[0] in ("asyncpg", "sqlite3"):
             original = cause
     details: list[str] = []
-    code = (getattr(original, "sqlite_errorname", None) or getattr(original, "sqlstate", None)
-            or getattr(original, "pgcode", None))
+    code = (
+        getattr(original, "sqlite_errorname", None)
+        or getattr(original, "sqlstate", None)
+        or getattr(original, "pgcode", None)
+    )
     if isinstance(code, str) and code:
         details.append(code)
     if isinstance(original, OSError) and original.errno is not None:
         details.append(errno.errorcode.get(original.errno, f"errno {original.errno}"))
     name = type(original).__name__
     return f"{name} ({', '.join(details)})" if details else name
-

@@ -28,7 +28,8 @@ def unwrap_layers(agent: Any) -> list[Any]:
         if id(inner) in seen:  # a wrapper that wraps itself would make this loop endless
             raise ConfigurationError(
                 f"agent {agent.name!r} wraps itself: its .agent chain leads back to one of its "
-                "own layers; wrap each agent object once")
+                "own layers; wrap each agent object once"
+            )
         seen.add(id(inner))
         layers.append(inner)
         inner = getattr(inner, "agent", None)
@@ -64,22 +65,26 @@ def validate_tree(root: Any) -> None:
         for layer_id in ids:
             if layer_id in on_path:
                 raise ConfigurationError(
-                    f"the agent tree contains itself: {agent.name!r} is its own descendant")
+                    f"the agent tree contains itself: {agent.name!r} is its own descendant"
+                )
             if layer_id in objects:
                 raise _appears_twice(agent.name)
         if depth > MAX_TREE_DEPTH:
             raise ConfigurationError(
                 f"the agent tree is deeper than {MAX_TREE_DEPTH} levels (at {agent.name!r}): "
                 "every level runs inside its parent's event stream, and a tree this deep "
-                "would reach Python's recursion limit; flatten it")
+                "would reach Python's recursion limit; flatten it"
+            )
         objects.update(ids)
         name = agent.name
         if agent is not root and name == root.name:
             raise ConfigurationError(
-                f"agent {name!r} has the same name as the root agent; names must be unique")
+                f"agent {name!r} has the same name as the root agent; names must be unique"
+            )
         if name in names:
             raise ConfigurationError(
-                f"duplicate agent name {name!r} in the tree; names must be unique in one tree")
+                f"duplicate agent name {name!r} in the tree; names must be unique in one tree"
+            )
         names[name] = agent
         for layer in layers:
             targets = getattr(layer, "to_agent_names", None)
@@ -104,7 +109,8 @@ def validate_tree(root: Any) -> None:
 def _appears_twice(name: str) -> ConfigurationError:
     return ConfigurationError(
         f"agent {name!r} appears twice in the tree (the same agent object listed twice, or "
-        "given two parents); build a separate agent for each place")
+        "given two parents); build a separate agent for each place"
+    )
 
 
 def _check_transfer_cycles(edges: dict[str, list[str]]) -> None:
@@ -127,9 +133,10 @@ def _check_transfer_cycles(edges: dict[str, list[str]]) -> None:
                 done.add(node)
                 continue
             if nxt in on_trail:
-                cycle = [*trail[trail.index(nxt):], nxt]
+                cycle = [*trail[trail.index(nxt) :], nxt]
                 raise ConfigurationError(
-                    "deterministic transfers form a cycle: " + " -> ".join(cycle))
+                    "deterministic transfers form a cycle: " + " -> ".join(cycle)
+                )
             if nxt not in done:
                 trail.append(nxt)
                 on_trail.add(nxt)

@@ -68,8 +68,9 @@ class ResumableAgent(Agent, Protocol):
     'approved'
     """
 
-    def resume(self, ctx: RunContext, info: ResumeInfo,
-               **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self, ctx: RunContext, info: ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         """Continue after an interrupt.
 
         Args:

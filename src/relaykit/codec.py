@@ -74,8 +74,17 @@ from relaykit._codec_errors import MAX_DEPTH, too_deep
 from relaykit._codec_registry import register_type
 from relaykit.errors import SerializationError
 
-__all__ = ["FORMAT_VERSION", "MAX_DEPTH", "decode", "dumps", "encode", "loads",
-           "materialize_streams", "register_adapter", "register_type"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MAX_DEPTH",
+    "decode",
+    "dumps",
+    "encode",
+    "loads",
+    "materialize_streams",
+    "register_adapter",
+    "register_type",
+]
 
 #: The version ``dumps`` writes; ``loads`` reads versions 1 to this one.
 FORMAT_VERSION = 1
@@ -94,16 +103,20 @@ def dumps(payload: Any, *, kind: str, key: bytes | None = None) -> bytes:
     """
     encoded = encode(payload)
     try:
-        body = json.dumps(encoded, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode("utf-8")
+        body = json.dumps(
+            encoded, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
     except UnicodeEncodeError:
-        raise SerializationError(f"cannot save {kind} data: a string holds an unpaired "
-                                 "surrogate, which is not valid UTF-8") from None
+        raise SerializationError(
+            f"cannot save {kind} data: a string holds an unpaired "
+            "surrogate, which is not valid UTF-8"
+        ) from None
     except RecursionError:
         raise too_deep() from None
     except ValueError as exc:
-        raise SerializationError(f"cannot save {kind} data: {exc} (NaN and infinite floats "
-                                 "are not valid JSON)") from None
+        raise SerializationError(
+            f"cannot save {kind} data: {exc} (NaN and infinite floats are not valid JSON)"
+        ) from None
     doc: dict[str, Any] = {"format": kind, "version": FORMAT_VERSION, "payload": "__BODY__"}
     if key is not None:
         doc["signature"] = _signature(key, body)
@@ -146,28 +159,37 @@ def _loads(data: Any, kind: str, key: bytes | None, what: str) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SerializationError(f"{what} is corrupt (not JSON: invalid UTF-8 at byte "
-                                 f"{exc.start})") from None
+        raise SerializationError(
+            f"{what} is corrupt (not JSON: invalid UTF-8 at byte {exc.start})"
+        ) from None
     try:
         doc = json.loads(text, parse_float=_finite_float, parse_constant=_reject_constant)
     except RecursionError:
         raise SerializationError(f"{what} is corrupt (not JSON: nested too deeply)") from None
     except ValueError as exc:
-        detail = f"{exc.msg} (line {exc.lineno}, column {exc.colno})" if isinstance(
-            exc, json.JSONDecodeError) else str(exc)
+        detail = (
+            f"{exc.msg} (line {exc.lineno}, column {exc.colno})"
+            if isinstance(exc, json.JSONDecodeError)
+            else str(exc)
+        )
         raise SerializationError(f"{what} is corrupt (not JSON: {detail})") from None
     if not isinstance(doc, dict) or doc.get("format") != kind or "payload" not in doc:
         raise SerializationError(f"{what} is not a relaykit {kind} document")
     version = doc.get("version")
     if type(version) is not int or not 1 <= version <= FORMAT_VERSION:
-        shown = (f"format version {version}" if type(version) is int and abs(version) < 10**9
-                 else f"an invalid format version (a {type(version).__name__})")
+        shown = (
+            f"format version {version}"
+            if type(version) is int and abs(version) < 10**9
+            else f"an invalid format version (a {type(version).__name__})"
+        )
         advice = ": upgrade relaykit" if type(version) is int and version > FORMAT_VERSION else ""
-        raise SerializationError(f"{what} has {shown}; this relaykit reads versions 1 to "
-                                 f"{FORMAT_VERSION}{advice}")
+        raise SerializationError(
+            f"{what} has {shown}; this relaykit reads versions 1 to {FORMAT_VERSION}{advice}"
+        )
     if key is not None and not _signature_ok(doc, key):
-        raise SerializationError(f"{what} failed its signature check (tampered or signed "
-                                 "with another key)")
+        raise SerializationError(
+            f"{what} failed its signature check (tampered or signed with another key)"
+        )
     # JSON escapes can spell unpaired surrogates that dumps would refuse to write again (only
     # escapes can: the bytes were strict UTF-8). Cheap to rule out when no such escape appears.
     if _SURROGATE_ESCAPE.search(raw) and _has_lone_surrogate(doc["payload"]):
@@ -183,8 +205,9 @@ def _signature_ok(doc: dict[str, Any], key: bytes) -> bool:
     if not isinstance(sig, str) or not sig.isascii():
         return False
     try:
-        body = json.dumps(doc["payload"], separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode("utf-8")
+        body = json.dumps(
+            doc["payload"], separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        ).encode("utf-8")
     except (UnicodeEncodeError, ValueError):
         return False  # dumps cannot have signed it
     return hmac.compare_digest(sig, _signature(key, body))

@@ -147,10 +147,12 @@ class RunOptions:
         self.transfers += 1
         if self.transfers <= self.max_transfers:
             return None
-        return (f"run exceeded max_transfers={self.max_transfers}: the transfer from "
-                f"'{source}' to '{dest}' was not performed; the last agents were "
-                f"{' → '.join(trail)} → … (agents that keep handing control back and forth; "
-                "raise Runner(max_transfers=...) if the run really needs more)")
+        return (
+            f"run exceeded max_transfers={self.max_transfers}: the transfer from "
+            f"'{source}' to '{dest}' was not performed; the last agents were "
+            f"{' → '.join(trail)} → … (agents that keep handing control back and forth; "
+            "raise Runner(max_transfers=...) if the run really needs more)"
+        )
 
 
 class TransferScope(Protocol):
@@ -212,13 +214,18 @@ class RunContext:
     {'user': 'ana', 'k': 1}
     """
 
-    __slots__ = ("address", "flow", "history", "options", "resume_state", "root_input",
-                 "run_path")
+    __slots__ = ("address", "flow", "history", "options", "resume_state", "root_input", "run_path")
 
-    def __init__(self, *, run_path: RunPath = (), address: Address = (),
-                 history: RunHistory | None = None, root_input: AgentInput | None = None,
-                 options: RunOptions | None = None,
-                 resume_state: ResumeState | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        run_path: RunPath = (),
+        address: Address = (),
+        history: RunHistory | None = None,
+        root_input: AgentInput | None = None,
+        options: RunOptions | None = None,
+        resume_state: ResumeState | None = None,
+    ) -> None:
         """A context; agents receive theirs, only the Runner and agent tools build one.
 
         Args:
@@ -258,13 +265,17 @@ class RunContext:
             ctx.history.values.update(session_values)
         return ctx
 
-    def derive(self, *, run_path: RunPath | Unchanged = UNCHANGED,
-               address: Address | Unchanged = UNCHANGED,
-               history: RunHistory | Unchanged = UNCHANGED,
-               root_input: AgentInput | Unchanged | None = UNCHANGED,
-               options: RunOptions | Unchanged = UNCHANGED,
-               resume_state: ResumeState | Unchanged | None = UNCHANGED,
-               flow: TransferScope | Unchanged | None = UNCHANGED) -> RunContext:
+    def derive(
+        self,
+        *,
+        run_path: RunPath | Unchanged = UNCHANGED,
+        address: Address | Unchanged = UNCHANGED,
+        history: RunHistory | Unchanged = UNCHANGED,
+        root_input: AgentInput | Unchanged | None = UNCHANGED,
+        options: RunOptions | Unchanged = UNCHANGED,
+        resume_state: ResumeState | Unchanged | None = UNCHANGED,
+        flow: TransferScope | Unchanged | None = UNCHANGED,
+    ) -> RunContext:
         """A copy with the given fields replaced; the others (``UNCHANGED``) are kept, and the
         history and options objects are shared, not copied.
 

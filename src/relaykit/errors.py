@@ -115,9 +115,13 @@ class CheckpointBusyError(RelayKitError):
     """
 
     def __init__(self, checkpoint_id: str, message: str | None = None) -> None:
-        super().__init__(message or (
-            f"checkpoint {checkpoint_id!r} is being resumed by another run; nothing was run. "
-            "Retry after that resume has ended (its claim expires if its process died)"))
+        super().__init__(
+            message
+            or (
+                f"checkpoint {checkpoint_id!r} is being resumed by another run; nothing was run. "
+                "Retry after that resume has ended (its claim expires if its process died)"
+            )
+        )
         #: The checkpoint another resume holds.
         self.checkpoint_id = checkpoint_id
 
@@ -236,8 +240,9 @@ class AgentRunError(RelayKitError):
         run_path: that event's run path, as agent names.
     """
 
-    def __init__(self, message: str, *, agent_name: str = "",
-                 run_path: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, message: str, *, agent_name: str = "", run_path: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(message)
         #: The agent whose error event ended the run.
         self.agent_name = agent_name

@@ -49,8 +49,9 @@ class AgentInput:
     enable_streaming: bool = False
 
     @classmethod
-    def deferred(cls, build: Callable[[], list[Message]],
-                 enable_streaming: bool = False) -> AgentInput:
+    def deferred(
+        cls, build: Callable[[], list[Message]], enable_streaming: bool = False
+    ) -> AgentInput:
         """An input whose messages ``build()`` makes on first access.
 
         >>> lazy = AgentInput.deferred(lambda: [Message.user("built")])
@@ -217,8 +218,9 @@ class AgentEvent:
     state_delta: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @classmethod
-    def from_message(cls, message: Message | MessageStream, role: str | None = None,
-                     tool_name: str | None = None) -> AgentEvent:
+    def from_message(
+        cls, message: Message | MessageStream, role: str | None = None, tool_name: str | None = None
+    ) -> AgentEvent:
         """An event carrying ``message``; a ``MessageStream`` gives a streaming output.
 
         Args:
@@ -233,8 +235,12 @@ class AgentEvent:
         if isinstance(message, MessageStream):
             out = AgentOutput(None, message, role or "assistant", tool_name)
         else:
-            out = AgentOutput(message, None, role or message.role,
-                              tool_name if tool_name is not None else message.tool_name)
+            out = AgentOutput(
+                message,
+                None,
+                role or message.role,
+                tool_name if tool_name is not None else message.tool_name,
+            )
         return cls("", (), out)
 
     @classmethod
@@ -261,8 +267,9 @@ class AgentEvent:
         >>> AgentEvent.exit().stamped("triage", (RunStep("triage"),)).agent_name
         'triage'
         """
-        return AgentEvent(agent_name, run_path, self.output, self.action, self.error,
-                          self.state_delta)
+        return AgentEvent(
+            agent_name, run_path, self.output, self.action, self.error, self.state_delta
+        )
 
     @property
     def message(self) -> Message | None:
@@ -282,6 +289,11 @@ def transfer_messages(dest_agent_name: str) -> tuple[Message, Message]:
     call_id = f"call_{uuid.uuid4().hex}"
     args = json.dumps({"agent_name": dest_agent_name})
     call = Message("assistant", "", [ToolCall(call_id, TRANSFER_TOOL_NAME, args)])
-    result = Message("tool", f"successfully transferred to agent [{dest_agent_name}]", [],
-                     call_id, TRANSFER_TOOL_NAME)
+    result = Message(
+        "tool",
+        f"successfully transferred to agent [{dest_agent_name}]",
+        [],
+        call_id,
+        TRANSFER_TOOL_NAME,
+    )
     return call, result

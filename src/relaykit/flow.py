@@ -36,8 +36,10 @@ __all__ = [
 _Arg = TypeVar("_Arg")
 # How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume); the
 # pending chain is the one saved for this flow agent, when a resume passes through it.
-_Start = Callable[[RunContext, _Arg, dict[str, Any]],
-                  Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None"]]]
+_Start = Callable[
+    [RunContext, _Arg, dict[str, Any]],
+    Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None"]],
+]
 
 
 @register_type("relaykit.HistoryEntry")
@@ -71,8 +73,11 @@ def rewrite_message(message: Message, agent_name: str) -> Message:
     """
     role = message.role
     if role == "assistant" and not message.tool_calls:
-        text = (f"For context: [{agent_name}] said: {message.content}." if message.content
-                else "For context:")
+        text = (
+            f"For context: [{agent_name}] said: {message.content}."
+            if message.content
+            else "For context:"
+        )
     elif role == "assistant":
         parts = ["For context:"]
         if message.content:
@@ -83,8 +88,10 @@ def rewrite_message(message: Message, agent_name: str) -> Message:
             )
         text = "".join(parts)
     elif role == "tool" and message.content:
-        text = (f"For context: [{agent_name}] `{message.tool_name}` tool returned result: "
-                f"{message.content}.")
+        text = (
+            f"For context: [{agent_name}] `{message.tool_name}` tool returned result: "
+            f"{message.content}."
+        )
     else:
         text = "For context:"
     attachments = list(message.attachments) if message.attachments else []
@@ -150,8 +157,12 @@ def _transfer_like_now(ev: AgentEvent) -> bool | None:
 
 
 def _only_transfer_calls(msg: Message | None) -> bool:
-    return (msg is not None and msg.role == "assistant" and bool(msg.tool_calls)
-            and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls))
+    return (
+        msg is not None
+        and msg.role == "assistant"
+        and bool(msg.tool_calls)
+        and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls)
+    )
 
 
 async def _is_transfer_like(ev: AgentEvent) -> bool:
@@ -216,7 +227,7 @@ class _TrailingTransfers:
             if _transfer_dest(ev) is not None:
                 self.holding = True
             return [ev]
-        released = self.events[self.delivered:]
+        released = self.events[self.delivered :]
         released.append(ev)
         self.events = []
         self.delivered = 0
@@ -236,7 +247,7 @@ class _TrailingTransfers:
                 begin = i + 1
         groups = _split_groups(self.events[begin:])
         first = groups[0]
-        held = self.events[self.delivered:begin + len(first.events)]
+        held = self.events[self.delivered : begin + len(first.events)]
         return held, PendingChain(list(first.targets), groups[1:])
 
 
@@ -292,8 +303,13 @@ class FlowAgent:
     #: the history through the flow agents below them), so no history is built for it.
     builds_own_input = False
 
-    def __init__(self, agent: Agent, *, disallow_transfer_to_parent: bool = False,
-                 history_rewriter: HistoryRewriter | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        disallow_transfer_to_parent: bool = False,
+        history_rewriter: HistoryRewriter | None = None,
+    ) -> None:
         if isinstance(agent, FlowAgent):
             raise ConfigurationError(f"agent {agent.name!r} is already a flow agent")
         #: The wrapped agent.
@@ -336,8 +352,11 @@ class FlowAgent:
             if sub.name == name:
                 return sub
         parent = self.parent
-        if (parent is not None and parent.name == name
-                and (for_resume or not self.disallow_transfer_to_parent)):
+        if (
+            parent is not None
+            and parent.name == name
+            and (for_resume or not self.disallow_transfer_to_parent)
+        ):
             return parent
         return None
 
@@ -350,8 +369,9 @@ class FlowAgent:
         return child
 
     # -- run -------------------------------------------------------------------------------
-    def run(self, ctx: RunContext, input: AgentInput | None = None,
-            **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(
+        self, ctx: RunContext, input: AgentInput | None = None, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         """Run the wrapped agent on the history built for it, then act on its last action.
 
         Args:
@@ -365,8 +385,9 @@ class FlowAgent:
             child.root_input = input
         return self._drive(child, self._start_run, input, options)
 
-    def resume(self, ctx: RunContext, info: ResumeInfo,
-               **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self, ctx: RunContext, info: ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         """Continue an interrupted run: resume the agent itself, or pass the resume down.
 
         Args:
@@ -376,36 +397,43 @@ class FlowAgent:
         """
         return self._drive(self._enter(ctx), self._start_resume, info, options)
 
-    async def _start_run(self, child: RunContext, input: AgentInput | None,
-                         options: dict[str, Any]) -> tuple[AsyncIterator[AgentEvent], None]:
+    async def _start_run(
+        self, child: RunContext, input: AgentInput | None, options: dict[str, Any]
+    ) -> tuple[AsyncIterator[AgentEvent], None]:
         if self.builds_own_input:
             agent_input = input if input is not None else AgentInput()
         else:
             agent_input = await self.build_input(child)
         return self.agent.run(child, agent_input, **options), None
 
-    async def _start_resume(self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
-                            ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None]:
+    async def _start_resume(
+        self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
+    ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None]:
         state = child.resume_state
         if state is None:
             raise ConfigurationError(
-                f"failed to resume agent {self.name!r}: the run has no resume information")
+                f"failed to resume agent {self.name!r}: the run has no resume information"
+            )
         mine = state.claim(child.address, info)
         if mine.was_interrupted:
             resume = getattr(self.agent, "resume", None)
             if resume is None:
                 raise ConfigurationError(
                     f"failed to resume agent: agent '{self.name}' is an interrupt point but is "
-                    "not a ResumableAgent")
+                    "not a ResumableAgent"
+                )
             return resume(child, mine, **options), None
         names = state.next_points(child.address)
         if not names:
-            raise ConfigurationError(f"failed to resume agent '{self.name}': no child agents "
-                                     "leading to interrupted agent were found")
+            raise ConfigurationError(
+                f"failed to resume agent '{self.name}': no child agents "
+                "leading to interrupted agent were found"
+            )
         if len(names) > 1:
             raise ConfigurationError(
                 f"failed to resume agent '{self.name}': agent has multiple child agents leading "
-                "to interruption, but concurrent transfer is not supported")
+                "to interruption, but concurrent transfer is not supported"
+            )
         pending = state.pending_chains.pop(child.address, None)
         sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
@@ -417,14 +445,17 @@ class FlowAgent:
                     f"failed to resume agent: agent '{self.name}' (type "
                     f"{type(self.agent).__name__}) has no sub-agents and does not implement "
                     "ResumableAgent interface. To support resume, your custom agent wrapper "
-                    "must implement the ResumableAgent interface")
+                    "must implement the ResumableAgent interface"
+                )
             return resume_wrapped(child, info, **options), pending
-        raise ConfigurationError(f"failed to resume agent: sub-agent '{names[0]}' not found in "
-                                 f"agent '{self.name}'")
+        raise ConfigurationError(
+            f"failed to resume agent: sub-agent '{names[0]}' not found in agent '{self.name}'"
+        )
 
     # -- the run loop ----------------------------------------------------------------------
-    async def _drive(self, ctx: RunContext, start: _Start[_Arg], arg: _Arg,
-                     options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+    async def _drive(
+        self, ctx: RunContext, start: _Start[_Arg], arg: _Arg, options: dict[str, Any]
+    ) -> AsyncIterator[AgentEvent]:
         """Stamp, record and forward the agent's events; then run the transfer chain its
         stream ended with (or, after a resume passed down, the chain saved for this agent).
 
@@ -458,8 +489,10 @@ class FlowAgent:
                     ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
                     if action is None and ev.error is None and not trailing.active:
                         out = ev.output  # the common case: a plain message, no transfer
-                        if out is None or (out.stream is None and (
-                                out.message is None or not out.message.tool_calls)):
+                        if out is None or (
+                            out.stream is None
+                            and (out.message is None or not out.message.tool_calls)
+                        ):
                             record(RecordedEvent(ev))
                             yield ev
                             continue
@@ -495,9 +528,14 @@ class FlowAgent:
                 dest = chain.targets.pop(0)
                 target = self.find_target(dest)
                 if target is None:
-                    err = AgentEvent(name, path, error=ConfigurationError(
-                        f"transfer failed: agent '{dest}' not found when transferring from "
-                        f"'{name}'"))
+                    err = AgentEvent(
+                        name,
+                        path,
+                        error=ConfigurationError(
+                            f"transfer failed: agent '{dest}' not found when transferring from "
+                            f"'{name}'"
+                        ),
+                    )
                     history.record(err)
                     yield err
                     return
@@ -507,8 +545,11 @@ class FlowAgent:
                     history.record(err)
                     yield err
                     return
-                rest = (PendingChain(list(chain.targets), list(chain.groups))
-                        if chain.targets or chain.groups else None)
+                rest = (
+                    PendingChain(list(chain.targets), list(chain.groups))
+                    if chain.targets or chain.groups
+                    else None
+                )
                 last = None
                 async with closing(target.run(ctx, None, **options)) as sub_events:
                     async for ev in sub_events:
@@ -527,18 +568,17 @@ class FlowAgent:
                 yield ev
 
     @staticmethod
-    def _with_pending(ctx: RunContext, ev: AgentEvent,
-                      pending: PendingChain | None) -> AgentEvent:
+    def _with_pending(ctx: RunContext, ev: AgentEvent, pending: PendingChain | None) -> AgentEvent:
         """``ev`` with the rest of this flow agent's transfer chain saved on its interrupt (D3)."""
         info = interrupt_of(ev)
         if info is None or not isinstance(pending, PendingChain):
             return ev
         assert ev.action is not None
         chains = {**info.pending_chains, ctx.address: pending}
-        action = dataclasses.replace(ev.action, interrupted=dataclasses.replace(
-            info, pending_chains=chains))
-        return AgentEvent(ev.agent_name, ev.run_path, ev.output, action, ev.error,
-                          ev.state_delta)
+        action = dataclasses.replace(
+            ev.action, interrupted=dataclasses.replace(info, pending_chains=chains)
+        )
+        return AgentEvent(ev.agent_name, ev.run_path, ev.output, action, ev.error, ev.state_delta)
 
     # -- history ---------------------------------------------------------------------------
     async def build_input(self, ctx: RunContext) -> AgentInput:
@@ -573,8 +613,13 @@ class FlowAgent:
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
 
 
-def _default_history(name: str, messages: list[Message], records: Sequence[RecordedEvent],
-                     count: int, skip_ids: set[str] | None) -> list[Message]:
+def _default_history(
+    name: str,
+    messages: list[Message],
+    records: Sequence[RecordedEvent],
+    count: int,
+    skip_ids: set[str] | None,
+) -> list[Message]:
     """Root input + history: own messages as they are, others' rewritten (cached per event)."""
     append = messages.append
     for i in range(count):
@@ -605,8 +650,13 @@ def _transfer_call_ids(records: Sequence[RecordedEvent]) -> set[str]:
     for rec in records:
         a = rec.event.action
         msg = rec.message
-        if (a is not None and a.transfer_to_agent is not None and msg is not None
-                and msg.role == "tool" and msg.tool_call_id):
+        if (
+            a is not None
+            and a.transfer_to_agent is not None
+            and msg is not None
+            and msg.role == "tool"
+            and msg.tool_call_id
+        ):
             ids.add(msg.tool_call_id)
     return ids
 
@@ -626,8 +676,12 @@ def _strip_transfer(rec: RecordedEvent, msg: Message, ids: set[str]) -> Message 
     return dataclasses.replace(msg, tool_calls=calls)
 
 
-def as_flow_agent(agent: Agent, *, disallow_transfer_to_parent: bool = False,
-                  history_rewriter: HistoryRewriter | None = None) -> FlowAgent:
+def as_flow_agent(
+    agent: Agent,
+    *,
+    disallow_transfer_to_parent: bool = False,
+    history_rewriter: HistoryRewriter | None = None,
+) -> FlowAgent:
     """Wrap ``agent`` in a flow agent with these options (or apply them to a flow agent).
 
     Args:
@@ -651,8 +705,11 @@ def as_flow_agent(agent: Agent, *, disallow_transfer_to_parent: bool = False,
         if history_rewriter is not None:
             agent.history_rewriter = history_rewriter
         return agent
-    return FlowAgent(agent, disallow_transfer_to_parent=disallow_transfer_to_parent,
-                     history_rewriter=history_rewriter)
+    return FlowAgent(
+        agent,
+        disallow_transfer_to_parent=disallow_transfer_to_parent,
+        history_rewriter=history_rewriter,
+    )
 
 
 def set_sub_agents(agent: Agent, sub_agents: Sequence[Agent]) -> FlowAgent:
@@ -680,7 +737,8 @@ def set_sub_agents(agent: Agent, sub_agents: Sequence[Agent]) -> FlowAgent:
     for sub in subs:
         if sub.parent is not None:
             raise ConfigurationError(
-                f"agent {sub.name!r} has already been set as a sub-agent of {sub.parent.name!r}")
+                f"agent {sub.name!r} has already been set as a sub-agent of {sub.parent.name!r}"
+            )
     for sub in subs:
         sub.parent = parent
     parent.sub_agents = subs

@@ -61,20 +61,23 @@ def interrupt_of(ev: AgentEvent | None) -> InterruptInfo | None:
 
 # ``info`` and ``state`` below are typed ``Any``: they are the application's own values (what
 # to tell the caller, what to save), stored by the codec and handed back untouched.
-def _point(ctx: RunContext, info: Any, state: Any,
-           children: list[InterruptContext]) -> InterruptContext:
+def _point(
+    ctx: RunContext, info: Any, state: Any, children: list[InterruptContext]
+) -> InterruptContext:
     address = ctx.address
     resume = ctx.resume_state
     pid = resume.id_for(address) if resume is not None else None
-    point = InterruptContext(pid or uuid.uuid4().hex, address, info, not children, None, state,
-                             children)
+    point = InterruptContext(
+        pid or uuid.uuid4().hex, address, info, not children, None, state, children
+    )
     for child in children:
         child.parent = point
     return point
 
 
-def _event(point: InterruptContext, data: Any,
-           pending: dict[Address, PendingChain] | None = None) -> AgentEvent:
+def _event(
+    point: InterruptContext, data: Any, pending: dict[Address, PendingChain] | None = None
+) -> AgentEvent:
     info = InterruptInfo(data, point.root_causes(), None, pending or {})
     return AgentEvent(action=AgentAction(interrupted=info))
 
@@ -113,7 +116,9 @@ def stateful_interrupt(ctx: RunContext, info: Any, state: Any) -> AgentEvent:
 
 
 def composite_interrupt(
-    ctx: RunContext, info: Any, state: Any,
+    ctx: RunContext,
+    info: Any,
+    state: Any,
     *sub_interrupts: AgentEvent | InterruptInfo | InterruptContext,
 ) -> AgentEvent:
     """An interrupt whose root causes are the interrupts the agent's children produced.
@@ -142,8 +147,9 @@ def composite_interrupt(
         else:
             sub_info = interrupt_of(sub) if isinstance(sub, AgentEvent) else sub
             if not isinstance(sub_info, InterruptInfo) or not sub_info.contexts:
-                raise TypeError(f"composite_interrupt: {sub!r} is not an interrupt event, "
-                                "info or point")
+                raise TypeError(
+                    f"composite_interrupt: {sub!r} is not an interrupt event, info or point"
+                )
             top = sub_info.top()
             # Transfer chains pending below stay pending through the composite (D3).
             pending.update(sub_info.pending_chains)

@@ -165,9 +165,12 @@ class InMemoryMemoryService:
             if not isinstance(message, Message) or not message.content.strip():
                 continue  # tool calls, actions and errors carry no text to recall
             # A copy: later changes to the session's message do not change what was indexed.
-            kept = dataclasses.replace(message, tool_calls=list(message.tool_calls),
-                                       attachments=list(message.attachments),
-                                       metadata=dict(message.metadata))
+            kept = dataclasses.replace(
+                message,
+                tool_calls=list(message.tool_calls),
+                attachments=list(message.attachments),
+                metadata=dict(message.metadata),
+            )
             entry = MemoryEntry(event.author, kept, event.timestamp, session_id)
             indexed.append(_Indexed(entry, _words(message.content)))
         sessions = self._remembered.setdefault((app_name, user_id), {})
@@ -197,5 +200,4 @@ class InMemoryMemoryService:
                     # len(scored) keeps equal scores and times in the order they were added.
                     scored.append((-score, -entry.timestamp, len(scored), entry))
         scored.sort(key=lambda row: row[:3])
-        return [MemoryEntry(e.author, e.message, e.timestamp, e.session_id)
-                for *_, e in scored]
+        return [MemoryEntry(e.author, e.message, e.timestamp, e.session_id) for *_, e in scored]

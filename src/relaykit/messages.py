@@ -82,8 +82,9 @@ class Message:
         return cls("assistant", text, tool_calls or [])
 
     @classmethod
-    def tool(cls, content: str, *, tool_call_id: str | None = None,
-             tool_name: str | None = None) -> Message:
+    def tool(
+        cls, content: str, *, tool_call_id: str | None = None, tool_name: str | None = None
+    ) -> Message:
         """A tool result answering the call ``tool_call_id``."""
         return cls("tool", content, [], tool_call_id, tool_name)
 
@@ -138,8 +139,9 @@ def concat_messages(chunks: Iterable[Message]) -> Message:
             target.arguments += frag.arguments
     for call in calls:
         call.index = None
-    return Message(first.role, "".join(content), calls, tool_call_id, tool_name, name,
-                   attachments, metadata)
+    return Message(
+        first.role, "".join(content), calls, tool_call_id, tool_name, name, attachments, metadata
+    )
 
 
 class _Source:
@@ -173,8 +175,11 @@ class _Source:
             except BaseException as exc:
                 # A reader cancelled mid-read leaves the source unusable: the other readers
                 # must not mistake that for a clean end.
-                self.error = exc if isinstance(exc, Exception) else RelayKitError(
-                    "the message stream was cancelled while it was being read")
+                self.error = (
+                    exc
+                    if isinstance(exc, Exception)
+                    else RelayKitError("the message stream was cancelled while it was being read")
+                )
                 self._finish()
                 raise
             self.chunks.append(chunk)
@@ -286,8 +291,10 @@ class MessageStream:
 def _save_stream(stream: MessageStream) -> Mapping[str, Any]:
     """An ended stream as its concatenated message and its error (the chunking is not kept)."""
     if not stream.done:
-        raise SerializationError("cannot save a message stream that has not ended; "
-                                 "materialise it first (materialize_streams)")
+        raise SerializationError(
+            "cannot save a message stream that has not ended; "
+            "materialise it first (materialize_streams)"
+        )
     chunks = stream.chunks
     return {"message": concat_messages(chunks) if chunks else None, "error": stream.error}
 
@@ -307,5 +314,11 @@ def _load_stream(fields: dict[str, Any]) -> MessageStream:
 
 
 # Stored as {"__stream__": {"message": ..., "error": ...}}, the format checkpoints always had.
-register_adapter(MessageStream, "stream", fields=("message", "error"), save=_save_stream,
-                 load=_load_stream, materialize=MessageStream.collect)
+register_adapter(
+    MessageStream,
+    "stream",
+    fields=("message", "error"),
+    save=_save_stream,
+    load=_load_stream,
+    materialize=MessageStream.collect,
+)

@@ -115,8 +115,7 @@ class InterruptContext:
         a: InterruptContext | None = self
         b: InterruptContext | None = other
         while a is not None and b is not None:
-            if (a.address != b.address or a.info != b.info
-                    or a.is_root_cause != b.is_root_cause):
+            if a.address != b.address or a.info != b.info or a.is_root_cause != b.is_root_cause:
                 return False
             a, b = a.parent, b.parent
         return a is None and b is None
@@ -146,8 +145,9 @@ class InterruptInfo:
     checkpoint_id: str | None = None
     #: Transfer chains that flow agents left pending on the way up, by their address (D3):
     #: internal state the checkpoint saves so the resume continues the chain.
-    pending_chains: dict[Address, PendingChain] = field(default_factory=dict, repr=False,
-                                                        compare=False)
+    pending_chains: dict[Address, PendingChain] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def top(self) -> InterruptContext | None:
         """The outermost point of this interrupt (``None`` for an info without contexts).
@@ -197,17 +197,30 @@ class ResumeState:
     ({'step': 2}, 'yes')
     """
 
-    __slots__ = ("_data_used", "_id_by_address", "_points", "_state_used", "addresses",
-                 "data", "pending_chains", "resume_all", "states")
+    __slots__ = (
+        "_data_used",
+        "_id_by_address",
+        "_points",
+        "_state_used",
+        "addresses",
+        "data",
+        "pending_chains",
+        "resume_all",
+        "states",
+    )
 
-    def __init__(self, addresses: Mapping[str, Address], states: Mapping[str, Any],
-                 targets: Mapping[str, Any] | None,
-                 pending_chains: Mapping[Address, PendingChain] | None = None) -> None:
+    def __init__(
+        self,
+        addresses: Mapping[str, Address],
+        states: Mapping[str, Any],
+        targets: Mapping[str, Any] | None,
+        pending_chains: Mapping[Address, PendingChain] | None = None,
+    ) -> None:
         """Args:
-            addresses: every saved point's address, by point id.
-            states: every saved point's state, by point id (application-defined values).
-            targets: the resume targets' data by point id; None or empty resumes every point.
-            pending_chains: the transfer chains saved with the interrupt, by address.
+        addresses: every saved point's address, by point id.
+        states: every saved point's state, by point id (application-defined values).
+        targets: the resume targets' data by point id; None or empty resumes every point.
+        pending_chains: the transfer chains saved with the interrupt, by address.
         """
         #: Every saved point's address, by id.
         self.addresses = dict(addresses)
@@ -234,8 +247,12 @@ class ResumeState:
         """
         top = info.top()
         points = list(top.walk()) if top is not None else []
-        state = cls({p.id: p.address for p in points}, {p.id: p.state for p in points},
-                    targets, info.pending_chains)
+        state = cls(
+            {p.id: p.address for p in points},
+            {p.id: p.state for p in points},
+            targets,
+            info.pending_chains,
+        )
         state._points = points
         return state
 
@@ -246,7 +263,8 @@ class ResumeState:
         best: InterruptContext | None = None
         for point in self._points:
             if point.address[:n] == address and (
-                    best is None or len(point.address) < len(best.address)):
+                best is None or len(point.address) < len(best.address)
+            ):
                 best = point
         return InterruptInfo(best.info, best.root_causes()) if best is not None else None
 
@@ -269,8 +287,9 @@ class ResumeState:
             self._data_used.add(pid)
         elif self.has_points_below(address):
             target = True  # composites are targets when anything below them is interrupted
-        return ResumeInfo(base.enable_streaming, base.interrupt_info, True,
-                          self.states.get(pid), target, data)
+        return ResumeInfo(
+            base.enable_streaming, base.interrupt_info, True, self.states.get(pid), target, data
+        )
 
     def has_points_below(self, address: Address) -> bool:
         """True when some saved point's address strictly extends ``address``."""

@@ -132,38 +132,58 @@ class Runner:
             ``MAX_SUPPORTED_TRANSFERS`` (docs/errors-and-limits.md#d23).
     """
 
-    def __init__(self, agent: Agent, *, app_name: str = "relaykit", streaming: bool = False,
-                 checkpoint_store: CheckpointStore | None = None,
-                 session_service: None = None, plugins: Sequence[object] = (),
-                 artifact_service: None = None, memory_service: None = None,
-                 compaction: None = None, auto_create_session: bool = True,
-                 save_input_blobs_as_artifacts: bool = False,
-                 checkpoint_signing_key: bytes | None = None,
-                 max_transfers: int = DEFAULT_MAX_TRANSFERS) -> None:
-        unsupported = {"session_service": session_service, "artifact_service": artifact_service,
-                       "memory_service": memory_service, "compaction": compaction,
-                       "plugins": tuple(plugins) or None}
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        app_name: str = "relaykit",
+        streaming: bool = False,
+        checkpoint_store: CheckpointStore | None = None,
+        session_service: None = None,
+        plugins: Sequence[object] = (),
+        artifact_service: None = None,
+        memory_service: None = None,
+        compaction: None = None,
+        auto_create_session: bool = True,
+        save_input_blobs_as_artifacts: bool = False,
+        checkpoint_signing_key: bytes | None = None,
+        max_transfers: int = DEFAULT_MAX_TRANSFERS,
+    ) -> None:
+        unsupported = {
+            "session_service": session_service,
+            "artifact_service": artifact_service,
+            "memory_service": memory_service,
+            "compaction": compaction,
+            "plugins": tuple(plugins) or None,
+        }
         for option, value in unsupported.items():
             if value is not None:
                 raise ConfigurationError(
                     f"Runner option {option!r} belongs to the durable Runner, which this "
-                    "version does not include yet; leave it unset")
+                    "version does not include yet; leave it unset"
+                )
         if checkpoint_store is not None:
-            missing = [m for m in _STORE_METHODS
-                       if not callable(getattr(checkpoint_store, m, None))]
+            missing = [
+                m for m in _STORE_METHODS if not callable(getattr(checkpoint_store, m, None))
+            ]
             if missing:
                 raise ConfigurationError(
                     f"checkpoint store {type(checkpoint_store).__name__} lacks "
                     f"{', '.join(missing)}: a CheckpointStore must support exclusive resumes "
-                    "(claim, renew, release, finish) as well as get, set and delete")
+                    "(claim, renew, release, finish) as well as get, set and delete"
+                )
         if checkpoint_store is not None:
             _claim_ttl(checkpoint_store)  # a store with an unusable lease fails here, not later
-        if (not isinstance(max_transfers, int) or isinstance(max_transfers, bool)
-                or not 0 <= max_transfers <= MAX_SUPPORTED_TRANSFERS):
+        if (
+            not isinstance(max_transfers, int)
+            or isinstance(max_transfers, bool)
+            or not 0 <= max_transfers <= MAX_SUPPORTED_TRANSFERS
+        ):
             raise ConfigurationError(
                 f"max_transfers must be an int from 0 to {MAX_SUPPORTED_TRANSFERS}, not "
                 f"{max_transfers!r} (each transfer runs the target inside the transferring "
-                "agent's stream, so a run cannot nest transfers without bound)")
+                "agent's stream, so a run cannot nest transfers without bound)"
+            )
         validate_tree(agent)
         #: The root agent, as given.
         self.agent = agent
@@ -184,11 +204,17 @@ class Runner:
         self._warned_unresumable = False
 
     # -- entry points ----------------------------------------------------------------------
-    def run(self, messages: Sequence[Message], *, checkpoint_id: str | None = None,
-            user_id: str | None = None, session_id: str | None = None,
-            session_values: Mapping[str, Any] | None = None,
-            state_delta: Mapping[str, Any] | None = None,
-            skip_transfer_messages: bool = False) -> AsyncIterator[AgentEvent]:
+    def run(
+        self,
+        messages: Sequence[Message],
+        *,
+        checkpoint_id: str | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        session_values: Mapping[str, Any] | None = None,
+        state_delta: Mapping[str, Any] | None = None,
+        skip_transfer_messages: bool = False,
+    ) -> AsyncIterator[AgentEvent]:
         """Run the agent on ``messages``; nothing runs until the result is iterated.
 
         With a checkpoint store, an interrupted run is saved under ``checkpoint_id`` (or a
@@ -221,12 +247,14 @@ class Runner:
             if self.checkpoint_store is None:
                 raise ConfigurationError(
                     f"run(checkpoint_id={checkpoint_id!r}) needs a checkpoint store: "
-                    "Runner(agent, checkpoint_store=InMemoryCheckpointStore())")
+                    "Runner(agent, checkpoint_store=InMemoryCheckpointStore())"
+                )
             validate_checkpoint_id(checkpoint_id)
         self._reject_session_options(user_id, session_id, state_delta)
         root_input = AgentInput(list(messages), self.streaming)
-        ctx = RunContext(root_input=root_input,
-                         options=RunOptions(skip_transfer_messages, self.max_transfers))
+        ctx = RunContext(
+            root_input=root_input, options=RunOptions(skip_transfer_messages, self.max_transfers)
+        )
         if session_values:
             ctx.history.values.update(session_values)
         return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
@@ -240,12 +268,17 @@ class Runner:
         """
         return self.run([Message.user(text)], **options)
 
-    def resume(self, checkpoint_id: str | None = None, *,
-               targets: Mapping[str, Any] | None = None,
-               user_id: str | None = None, session_id: str | None = None,
-               session_values: Mapping[str, Any] | None = None,
-               state_delta: Mapping[str, Any] | None = None,
-               skip_transfer_messages: bool = False) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self,
+        checkpoint_id: str | None = None,
+        *,
+        targets: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        session_values: Mapping[str, Any] | None = None,
+        state_delta: Mapping[str, Any] | None = None,
+        skip_transfer_messages: bool = False,
+    ) -> AsyncIterator[AgentEvent]:
         """Continue the run saved under ``checkpoint_id``.
 
         Without ``targets`` every interrupted point resumes with no data; with ``targets``
@@ -271,17 +304,20 @@ class Runner:
         See ``invoke_resume`` for an example.
         """
         if self.checkpoint_store is None:
-            raise ConfigurationError("resume() needs a checkpoint store: "
-                                     "Runner(agent, checkpoint_store=...)")
+            raise ConfigurationError(
+                "resume() needs a checkpoint store: Runner(agent, checkpoint_store=...)"
+            )
         if checkpoint_id is None:
             raise ConfigurationError("resume() needs the checkpoint_id the run was saved under")
         validate_checkpoint_id(checkpoint_id)
         self._reject_session_options(user_id, session_id, state_delta)
-        return self._resume(checkpoint_id, dict(targets or {}), session_values,
-                            skip_transfer_messages)
+        return self._resume(
+            checkpoint_id, dict(targets or {}), session_values, skip_transfer_messages
+        )
 
-    async def invoke(self, messages: str | Sequence[Message],
-                     **options: Unpack[RunKwargs]) -> RunResult:
+    async def invoke(
+        self, messages: str | Sequence[Message], **options: Unpack[RunKwargs]
+    ) -> RunResult:
         """Run to the end and return the result (the event stream, collected).
 
         An interrupted run returns with ``interrupt`` set (not an error); a run whose last
@@ -303,8 +339,9 @@ class Runner:
         msgs = [Message.user(messages)] if isinstance(messages, str) else messages
         return await _collect(self.run(msgs, **options))
 
-    async def invoke_resume(self, checkpoint_id: str | None = None,
-                            **options: Unpack[ResumeKwargs]) -> RunResult:
+    async def invoke_resume(
+        self, checkpoint_id: str | None = None, **options: Unpack[ResumeKwargs]
+    ) -> RunResult:
         """``resume`` run to the end, as ``invoke`` does for ``run``.
 
         Args:
@@ -334,46 +371,61 @@ class Runner:
         return await _collect(self.resume(checkpoint_id, **options))
 
     @staticmethod
-    def _reject_session_options(user_id: object, session_id: object,
-                                state_delta: object) -> None:
+    def _reject_session_options(user_id: object, session_id: object, state_delta: object) -> None:
         if user_id is not None or session_id is not None or state_delta is not None:
-            raise ConfigurationError("user_id, session_id and state_delta need a session "
-                                     "service, which this version does not include yet")
+            raise ConfigurationError(
+                "user_id, session_id and state_delta need a session "
+                "service, which this version does not include yet"
+            )
 
     # -- internals -------------------------------------------------------------------------
-    async def _resume(self, checkpoint_id: str, targets: dict[str, Any],
-                      session_values: Mapping[str, Any] | None,
-                      skip: bool) -> AsyncIterator[AgentEvent]:
+    async def _resume(
+        self,
+        checkpoint_id: str,
+        targets: dict[str, Any],
+        session_values: Mapping[str, Any] | None,
+        skip: bool,
+    ) -> AsyncIterator[AgentEvent]:
         store = self.checkpoint_store
         assert store is not None
         claim = _Claim(store, checkpoint_id, _claim_ttl(store))
         data = await claim.acquire()
         try:
-            cp, interrupted = decode_checkpoint(data, key=self._signing_key,
-                                                what=f"checkpoint {checkpoint_id!r}")
+            cp, interrupted = decode_checkpoint(
+                data, key=self._signing_key, what=f"checkpoint {checkpoint_id!r}"
+            )
             known = {p.id for p in cp.points}
             for target in targets:
                 if target not in known:
                     raise ResumeTargetError(
                         f"resume target {target!r} is not an interrupt point of checkpoint "
-                        f"{checkpoint_id!r}; its points are {sorted(known)}", target)
+                        f"{checkpoint_id!r}; its points are {sorted(known)}",
+                        target,
+                    )
         except BaseException:
             await claim.release()
             raise
         history = cp.history()
         if session_values:
             history.values.update(session_values)
-        ctx = RunContext(root_input=cp.root_input, history=history,
-                         options=RunOptions(skip, self.max_transfers),
-                         resume_state=ResumeState.of(interrupted, targets))
+        ctx = RunContext(
+            root_input=cp.root_input,
+            history=history,
+            options=RunOptions(skip, self.max_transfers),
+            resume_state=ResumeState.of(interrupted, targets),
+        )
         gen = self._root.resume(ctx, cp.resume_info(interrupted))
         async with closing(self._drive(ctx, gen, checkpoint_id, claim)) as events:
             async for ev in events:
                 yield ev
 
-    async def _drive(self, ctx: RunContext, gen: AsyncIterator[AgentEvent],
-                     checkpoint_id: str | None, claim: _Claim | None
-                     ) -> AsyncIterator[AgentEvent]:
+    async def _drive(
+        self,
+        ctx: RunContext,
+        gen: AsyncIterator[AgentEvent],
+        checkpoint_id: str | None,
+        claim: _Claim | None,
+    ) -> AsyncIterator[AgentEvent]:
         """The one path of every run and resume: forward events, save the checkpoint when
         the run interrupts, consume (or release) a resumed checkpoint when it ends."""
         interrupted = False
@@ -384,9 +436,14 @@ class Runner:
                     async for ev in gen:
                         if interrupt_of(ev) is not None:
                             if interrupted:
-                                yield AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
-                                    "multiple interrupt actions reached the Runner in one run; "
-                                    "only the first was saved"))
+                                yield AgentEvent(
+                                    ev.agent_name,
+                                    ev.run_path,
+                                    error=RunnerError(
+                                        "multiple interrupt actions reached the Runner in one run; "
+                                        "only the first was saved"
+                                    ),
+                                )
                                 continue
                             interrupted = True
                             failure, ev = await self._save(ctx, ev, checkpoint_id, claim)
@@ -407,8 +464,9 @@ class Runner:
             if claim is not None:
                 await claim.stop_renewing()
 
-    async def _save(self, ctx: RunContext, ev: AgentEvent, checkpoint_id: str | None,
-                    claim: _Claim | None) -> tuple[AgentEvent | None, AgentEvent]:
+    async def _save(
+        self, ctx: RunContext, ev: AgentEvent, checkpoint_id: str | None, claim: _Claim | None
+    ) -> tuple[AgentEvent | None, AgentEvent]:
         """Save the checkpoint of an interrupted run; (an error event or None, the interrupt
         event with ``checkpoint_id`` set when saved)."""
         action = ev.action
@@ -418,16 +476,21 @@ class Runner:
         if store is None:
             if not self._warned_unresumable:
                 self._warned_unresumable = True
-                logger.warning("agent %r was interrupted, but the Runner has no checkpoint store:"
-                               " the run cannot be resumed (Runner(..., checkpoint_store=...))",
-                               ev.agent_name)
+                logger.warning(
+                    "agent %r was interrupted, but the Runner has no checkpoint store:"
+                    " the run cannot be resumed (Runner(..., checkpoint_store=...))",
+                    ev.agent_name,
+                )
             return None, ev
         cid = checkpoint_id if checkpoint_id is not None else uuid.uuid4().hex
         try:
             data = await encode_checkpoint(Checkpoint.of(ctx, info), self._signing_key)
         except Exception as exc:
-            return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
-                f"failed to save checkpoint {cid!r}: {exc}")), ev
+            return AgentEvent(
+                ev.agent_name,
+                ev.run_path,
+                error=RunnerError(f"failed to save checkpoint {cid!r}: {exc}"),
+            ), ev
         if claim is not None:
             failure = await claim.finish(data)  # replaces it and ends our claim
             if failure is not None:
@@ -436,12 +499,17 @@ class Runner:
             try:
                 await store.set(cid, data)
             except Exception as exc:
-                return AgentEvent(ev.agent_name, ev.run_path, error=RunnerError(
-                    f"failed to save checkpoint {cid!r}: {_describe(exc)}")), ev
-        saved = dataclasses.replace(action, interrupted=dataclasses.replace(
-            info, checkpoint_id=cid))
-        return None, AgentEvent(ev.agent_name, ev.run_path, ev.output, saved, ev.error,
-                                ev.state_delta)
+                return AgentEvent(
+                    ev.agent_name,
+                    ev.run_path,
+                    error=RunnerError(f"failed to save checkpoint {cid!r}: {_describe(exc)}"),
+                ), ev
+        saved = dataclasses.replace(
+            action, interrupted=dataclasses.replace(info, checkpoint_id=cid)
+        )
+        return None, AgentEvent(
+            ev.agent_name, ev.run_path, ev.output, saved, ev.error, ev.state_delta
+        )
 
 
 @dataclass(slots=True)
@@ -493,9 +561,12 @@ async def _collect(events: AsyncIterator[AgentEvent]) -> RunResult:
         path = tuple(step.agent_name for step in last_agent.run_path)
         raise AgentRunError(
             f"agent {last_agent.agent_name or '?'!r} failed: {type(err).__name__}: {err}",
-            agent_name=last_agent.agent_name, run_path=path) from err
-    return RunResult(output, collected, interrupt,
-                     interrupt.checkpoint_id if interrupt is not None else None)
+            agent_name=last_agent.agent_name,
+            run_path=path,
+        ) from err
+    return RunResult(
+        output, collected, interrupt, interrupt.checkpoint_id if interrupt is not None else None
+    )
 
 
 #: Releases of claims whose resume was cancelled while claiming (see _Claim.acquire).
@@ -531,8 +602,7 @@ class _Claim:
 
     async def acquire(self) -> bytes:
         """Claim the checkpoint (before any agent runs) and start renewing the claim."""
-        claiming = asyncio.ensure_future(
-            self.store.claim(self.checkpoint_id, self.owner, self.ttl))
+        claiming = asyncio.ensure_future(self.store.claim(self.checkpoint_id, self.owner, self.ttl))
         try:
             # Shielded: a resume cancelled while its claim is being taken must not leave a
             # claim behind that nobody releases (it would block the checkpoint for the ttl).
@@ -545,7 +615,8 @@ class _Claim:
         except Exception as exc:
             raise CheckpointStoreError(
                 f"checkpoint store failed to claim checkpoint {self.checkpoint_id!r}: "
-                f"{type(exc).__name__}") from None
+                f"{type(exc).__name__}"
+            ) from None
         self.held = True
         self._renewer = asyncio.get_running_loop().create_task(self._renew())
         return data
@@ -554,7 +625,8 @@ class _Claim:
         if claiming.cancelled() or claiming.exception() is not None:
             return
         task = asyncio.get_running_loop().create_task(
-            self.store.release(self.checkpoint_id, self.owner))
+            self.store.release(self.checkpoint_id, self.owner)
+        )
         _background.add(task)  # keep a reference until it is done
         task.add_done_callback(_background.discard)
 
@@ -564,12 +636,16 @@ class _Claim:
             try:
                 await self.store.renew(self.checkpoint_id, self.owner, self.ttl)
             except CheckpointBusyError:
-                logger.error("lost the claim on checkpoint %r while resuming it",
-                             self.checkpoint_id)
+                logger.error(
+                    "lost the claim on checkpoint %r while resuming it", self.checkpoint_id
+                )
                 return
             except Exception as exc:  # a transient store failure: try again next time
-                logger.warning("could not renew the claim on checkpoint %r: %s",
-                               self.checkpoint_id, _describe(exc))
+                logger.warning(
+                    "could not renew the claim on checkpoint %r: %s",
+                    self.checkpoint_id,
+                    _describe(exc),
+                )
 
     async def finish(self, data: bytes | None) -> RunnerError | None:
         """Replace (``data``) or delete (``None``) the checkpoint and end the claim; the error
@@ -579,8 +655,10 @@ class _Claim:
             await self.store.finish(self.checkpoint_id, self.owner, data)
         except Exception as exc:
             what = "save" if data is not None else "consume"
-            return RunnerError(f"failed to {what} checkpoint {self.checkpoint_id!r} after "
-                               f"resuming it: {_describe(exc)}")
+            return RunnerError(
+                f"failed to {what} checkpoint {self.checkpoint_id!r} after "
+                f"resuming it: {_describe(exc)}"
+            )
         return None
 
     async def release(self) -> None:
@@ -592,8 +670,11 @@ class _Claim:
             # Shielded: a cancelled resume still releases its claim at once.
             await asyncio.shield(self.store.release(self.checkpoint_id, self.owner))
         except Exception as exc:
-            logger.warning("could not release the claim on checkpoint %r (it expires by "
-                           "itself): %s", self.checkpoint_id, _describe(exc))
+            logger.warning(
+                "could not release the claim on checkpoint %r (it expires by itself): %s",
+                self.checkpoint_id,
+                _describe(exc),
+            )
 
     async def stop_renewing(self) -> None:
         task, self._renewer = self._renewer, None

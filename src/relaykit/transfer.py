@@ -53,8 +53,7 @@ class _DeterministicTransfer:
     def __repr__(self) -> str:
         return f"with_deterministic_transfer({self.agent!r}, {self.to_agent_names!r})"
 
-    def run(self, ctx: RunContext, input: AgentInput,
-            **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
         """Run the wrapped agent (a flow agent in an isolated run history) and transfer."""
         if isinstance(self.agent, FlowAgent):
             return self._isolated(ctx, [], lambda c: self.agent.run(c, input, **options))
@@ -80,9 +79,12 @@ class _DeterministicTransfer:
             for ev in _transfer_events(self.to_agent_names):
                 yield ev
 
-    async def _isolated(self, ctx: RunContext, saved: list[AgentEvent],
-                        start: Callable[[RunContext], AsyncIterator[AgentEvent]]
-                        ) -> AsyncIterator[AgentEvent]:
+    async def _isolated(
+        self,
+        ctx: RunContext,
+        saved: list[AgentEvent],
+        start: Callable[[RunContext], AsyncIterator[AgentEvent]],
+    ) -> AsyncIterator[AgentEvent]:
         """DT-09: the flow agent sees the root input and its own history, shares the values;
         its events are recorded into the parent history too (once, here)."""
         isolated = RunHistory(ctx.history.values, [RecordedEvent(e) for e in saved])
@@ -107,8 +109,9 @@ class _DeterministicTransfer:
         interrupted = interrupt_of(last)
         if interrupted is not None:
             state = DeterministicTransferState([r.event for r in isolated.events])
-            yield composite_interrupt(ctx, "deterministic transfer wrapper interrupted", state,
-                                      interrupted)
+            yield composite_interrupt(
+                ctx, "deterministic transfer wrapper interrupted", state, interrupted
+            )
             return
         if not await ended_abnormally(last):
             for ev in _transfer_events(self.to_agent_names):
@@ -118,15 +121,18 @@ class _DeterministicTransfer:
 class _ResumableDeterministicTransfer(_DeterministicTransfer):
     """The wrapper of a resumable agent: its resume also appends the transfers (DT-08)."""
 
-    def resume(self, ctx: RunContext, info: ResumeInfo,
-               **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self, ctx: RunContext, info: ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         """Resume the wrapped agent, then transfer."""
         agent = self.agent
         if isinstance(agent, FlowAgent):
             state = info.interrupt_state
             if not isinstance(state, DeterministicTransferState):
-                return _error("invalid interrupt state for flowAgent resume in deterministic "
-                              f"transfer: got {type(state).__name__}")
+                return _error(
+                    "invalid interrupt state for flowAgent resume in deterministic "
+                    f"transfer: got {type(state).__name__}"
+                )
             return self._isolated(ctx, state.events, lambda c: agent.resume(c, info, **options))
         # This class wraps only agents that have ``resume`` (with_deterministic_transfer).
         resumable = cast(ResumableAgent, agent)
@@ -140,8 +146,9 @@ async def _error(message: str) -> AsyncIterator[AgentEvent]:
 
 
 @overload
-def with_deterministic_transfer(agent: ResumableAgent,
-                                to_agent_names: Sequence[str]) -> ResumableAgent: ...
+def with_deterministic_transfer(
+    agent: ResumableAgent, to_agent_names: Sequence[str]
+) -> ResumableAgent: ...
 
 
 @overload

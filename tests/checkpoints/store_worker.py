@@ -33,13 +33,13 @@ async def _wait_for_go(folder: Path, name: str) -> None:
         await asyncio.sleep(0.002)
 
 
-async def claim(store: DatabaseCheckpointStore, folder: Path, name: str,
-                count: int) -> dict[str, list[str]]:
+async def claim(
+    store: DatabaseCheckpointStore, folder: Path, name: str, count: int
+) -> dict[str, list[str]]:
     await store.open()  # connected and migrated: the race is about the claims only
     await _wait_for_go(folder, name)
     ids = [f"cp-{i}" for i in range(count)]
-    results = await asyncio.gather(*(store.claim(i, name, 60) for i in ids),
-                                   return_exceptions=True)
+    results = await asyncio.gather(*(store.claim(i, name, 60) for i in ids), return_exceptions=True)
     outcome: dict[str, list[str]] = {"won": [], "busy": [], "failed": []}
     for checkpoint_id, result in zip(ids, results, strict=True):
         if isinstance(result, CheckpointBusyError):
@@ -51,12 +51,14 @@ async def claim(store: DatabaseCheckpointStore, folder: Path, name: str,
     return outcome
 
 
-async def save(store: DatabaseCheckpointStore, folder: Path, name: str,
-               count: int) -> dict[str, list[str]]:
+async def save(
+    store: DatabaseCheckpointStore, folder: Path, name: str, count: int
+) -> dict[str, list[str]]:
     await _wait_for_go(folder, name)
     results = await asyncio.gather(
         *(store.set(f"{name}-{i}", f"{name} {i}".encode()) for i in range(count)),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
     return {"failed": [repr(result) for result in results if result is not None]}
 
 

@@ -70,20 +70,24 @@ def memory_case() -> StoreCase:
         clock.now += 1.0
 
     async def rows() -> dict[str, tuple[bytes, str | None]]:
-        return {checkpoint_id: (data, store._claims.get(checkpoint_id, (None, 0.0))[0])
-                for checkpoint_id, data in store._data.items()}
+        return {
+            checkpoint_id: (data, store._claims.get(checkpoint_id, (None, 0.0))[0])
+            for checkpoint_id, data in store._data.items()
+        }
 
     return StoreCase("memory", store, expire_claims, rows)
 
 
 def database_case(kind: str, url: str) -> StoreCase:
     """A database store on ``url``, whose rows are read through a connection of their own."""
+
     async def expire_claims() -> None:
         await asyncio.sleep(SHORT_TTL * 4)
 
     async def rows() -> dict[str, tuple[bytes, str | None]]:
         found = await fetch(
-            url, "SELECT checkpoint_id, data, claim_owner FROM relaykit_checkpoints")
+            url, "SELECT checkpoint_id, data, claim_owner FROM relaykit_checkpoints"
+        )
         return {checkpoint_id: (bytes(data), owner) for checkpoint_id, data, owner in found}
 
     return StoreCase(kind, DatabaseCheckpointStore(url), expire_claims, rows)

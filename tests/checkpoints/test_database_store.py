@@ -43,23 +43,25 @@ async def count_rows(url: str) -> int:
 
 
 async def test_a_burst_of_new_ids_on_a_cold_database_from_two_store_objects_saves_every_one(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     url = database_url
     n = 1000 if url.startswith("sqlite") else 250
     # Two store objects on a database that has no table yet: two processes' first use.
     first, second = DatabaseCheckpointStore(url), DatabaseCheckpointStore(url)
     try:
         results = await asyncio.gather(
-            *((first if i % 2 else second).set(f"run-{i}", f"doc {i}".encode())
-              for i in range(n)),
-            return_exceptions=True)
+            *((first if i % 2 else second).set(f"run-{i}", f"doc {i}".encode()) for i in range(n)),
+            return_exceptions=True,
+        )
     finally:
         await first.aclose()
         await second.aclose()
     assert [r for r in results if r is not None] == []
     rows = await fetch(url, "SELECT checkpoint_id, data FROM relaykit_checkpoints")
     assert {checkpoint_id: bytes(data) for checkpoint_id, data in rows} == {
-        f"run-{i}": f"doc {i}".encode() for i in range(n)}
+        f"run-{i}": f"doc {i}".encode() for i in range(n)
+    }
 
 
 async def test_concurrent_first_saves_of_one_id_all_succeed(database_url: str) -> None:
@@ -67,15 +69,19 @@ async def test_concurrent_first_saves_of_one_id_all_succeed(database_url: str) -
     written = {f"version {i}".encode() for i in range(100)}
     try:
         results = await asyncio.gather(
-            *((first if i % 2 else second).set("same", f"version {i}".encode())
-              for i in range(100)),
-            return_exceptions=True)
+            *(
+                (first if i % 2 else second).set("same", f"version {i}".encode())
+                for i in range(100)
+            ),
+            return_exceptions=True,
+        )
     finally:
         await first.aclose()
         await second.aclose()
     assert [r for r in results if r is not None] == []
-    rows = await fetch(database_url, "SELECT checkpoint_id, data, claim_owner "
-                                     "FROM relaykit_checkpoints")
+    rows = await fetch(
+        database_url, "SELECT checkpoint_id, data, claim_owner FROM relaykit_checkpoints"
+    )
     assert len(rows) == 1
     checkpoint_id, data, owner = rows[0]
     assert checkpoint_id == "same" and bytes(data) in written and owner is None
@@ -89,7 +95,8 @@ DOWN_URLS = [
 
 @pytest.mark.parametrize("url", DOWN_URLS)
 async def test_a_store_that_is_down_raises_store_errors_naming_operation_and_id(
-        url: str, tmp_path: Path) -> None:
+    url: str, tmp_path: Path
+) -> None:
     marker = f"secret-{uuid.uuid4().hex}"
     store = DatabaseCheckpointStore(url.format(tmp=tmp_path))
     calls = {
@@ -98,8 +105,7 @@ async def test_a_store_that_is_down_raises_store_errors_naming_operation_and_id(
         "claim checkpoint 'cp-1'": store.claim("cp-1", "owner-a", 60),
         "renew the claim on checkpoint 'cp-1'": store.renew("cp-1", "owner-a", 60),
         "release the claim on checkpoint 'cp-1'": store.release("cp-1", "owner-a"),
-        "finish the resume of checkpoint 'cp-1'": store.finish("cp-1", "owner-a",
-                                                               marker.encode()),
+        "finish the resume of checkpoint 'cp-1'": store.finish("cp-1", "owner-a", marker.encode()),
         "delete checkpoint 'cp-1'": store.delete("cp-1"),
         "open its database": store.open(),
     }
@@ -147,9 +153,12 @@ async def test_a_failing_write_never_reports_stored_content(database_url: str) -
         # The table vanishes under the store: every statement now fails in the driver, whose
         # message quotes the SQL and its parameters.
         await fetch(database_url, "DROP TABLE relaykit_checkpoints")
-        calls = [store.set("cp-1", marker.encode()), store.get("cp-1"),
-                 store.claim("cp-1", "owner-b", 60),
-                 store.finish("cp-1", "owner-a", marker.encode())]
+        calls = [
+            store.set("cp-1", marker.encode()),
+            store.get("cp-1"),
+            store.claim("cp-1", "owner-b", 60),
+            store.finish("cp-1", "owner-a", marker.encode()),
+        ]
         for call in calls:
             with pytest.raises(CheckpointStoreError) as caught:
                 await call
@@ -166,11 +175,17 @@ async def test_a_database_error_quoting_the_document_is_withheld(postgres_url: s
     try:
         await store.open()
         # A trigger whose error message quotes the stored document (as a constraint might).
-        await fetch(postgres_url, """
+        await fetch(
+            postgres_url,
+            """
             CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN RAISE EXCEPTION 'refused %', convert_from(NEW.data, 'UTF8'); END $$""")
-        await fetch(postgres_url, "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "
-                                  "relaykit_checkpoints FOR EACH ROW EXECUTE FUNCTION refuse()")
+            BEGIN RAISE EXCEPTION 'refused %', convert_from(NEW.data, 'UTF8'); END $$""",
+        )
+        await fetch(
+            postgres_url,
+            "CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON "
+            "relaykit_checkpoints FOR EACH ROW EXECUTE FUNCTION refuse()",
+        )
         with pytest.raises(CheckpointStoreError) as caught:
             await store.set("cp-1", marker.encode())
         assert_safe_store_error(caught.value, marker)
@@ -188,15 +203,18 @@ async def test_an_owner_the_database_refuses_is_a_store_error(postgres_url: str)
         assert await store.claim("cp-1", "owner-a", 60) == b"doc"
 
 
-@pytest.mark.parametrize(("url", "named"), [
-    ("mysql+aiomysql://app:hunter2@db.example/x", "'mysql+aiomysql'"),
-    ("sqlite:///checkpoints.db", "'sqlite'"),
-    ("postgresql+psycopg2://app:hunter2@db.example/x", "'postgresql+psycopg2'"),
-    ("nosuchdb+drv://app:hunter2@db.example/x", "'nosuchdb+drv'"),
-    ("app:hunter2@db.example", "'(none)'"),
-    ("sqlite+aiosqlite://", "in-memory"),
-    ("sqlite+aiosqlite:///:memory:", "in-memory"),
-])
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("mysql+aiomysql://app:hunter2@db.example/x", "'mysql+aiomysql'"),
+        ("sqlite:///checkpoints.db", "'sqlite'"),
+        ("postgresql+psycopg2://app:hunter2@db.example/x", "'postgresql+psycopg2'"),
+        ("nosuchdb+drv://app:hunter2@db.example/x", "'nosuchdb+drv'"),
+        ("app:hunter2@db.example", "'(none)'"),
+        ("sqlite+aiosqlite://", "in-memory"),
+        ("sqlite+aiosqlite:///:memory:", "in-memory"),
+    ],
+)
 def test_a_bad_url_is_a_configuration_error_naming_its_scheme(url: str, named: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         DatabaseCheckpointStore(url)
@@ -205,7 +223,8 @@ def test_a_bad_url_is_a_configuration_error_naming_its_scheme(url: str, named: s
 
 
 def test_a_missing_driver_is_a_configuration_error_saying_what_to_install(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "asyncpg", None)  # "import asyncpg" now fails
     with pytest.raises(ConfigurationError, match=r"'postgresql\+asyncpg'.*relaykit\[postgres\]"):
         DatabaseCheckpointStore("postgresql+asyncpg://app:hunter2@db.example/x")
@@ -217,8 +236,7 @@ def test_an_engine_that_is_not_async_is_a_configuration_error() -> None:
 
 
 def test_claim_ttl_is_an_option_and_repr_hides_the_password() -> None:
-    store = DatabaseCheckpointStore("postgresql+asyncpg://app:hunter2@db.example/x",
-                                    claim_ttl=12.5)
+    store = DatabaseCheckpointStore("postgresql+asyncpg://app:hunter2@db.example/x", claim_ttl=12.5)
     assert store.claim_ttl == 12.5
     assert "hunter2" not in repr(store) and "db.example" in repr(store)
 
@@ -237,8 +255,7 @@ async def test_a_given_engine_is_used_and_left_open(database_url: str) -> None:
         async with DatabaseCheckpointStore(database_url, engine=engine) as store:
             await store.set("cp-1", b"doc")
         async with engine.connect() as conn:  # still usable after the store closed
-            rows = (await conn.exec_driver_sql(
-                "SELECT data FROM relaykit_checkpoints")).all()
+            rows = (await conn.exec_driver_sql("SELECT data FROM relaykit_checkpoints")).all()
         assert [bytes(row[0]) for row in rows] == [b"doc"]
     finally:
         await engine.dispose()
@@ -256,25 +273,35 @@ async def test_sqlite_connections_use_wal_and_wait_for_locks(sqlite_url: str) ->
 
 def test_importing_relaykit_does_not_load_sqlalchemy_or_alembic() -> None:
     loaded = subprocess.run(
-        [sys.executable, "-c", "import sys, relaykit, relaykit.checkpoints; "
-         "print(sorted(m for m in ('sqlalchemy', 'alembic') if m in sys.modules))"],
-        capture_output=True, text=True, check=True).stdout.strip()
+        [
+            sys.executable,
+            "-c",
+            "import sys, relaykit, relaykit.checkpoints; "
+            "print(sorted(m for m in ('sqlalchemy', 'alembic') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert loaded == "[]"
 
 
 class _Approve(rk.BaseAgent):
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         yield AgentEvent.from_message(Message.assistant("asking"))
         yield rk.interrupt(ctx, {"question": "approve?"})
 
-    async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                     **options: Any) -> AsyncIterator[AgentEvent]:
+    async def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         yield AgentEvent.from_message(Message.assistant(f"approved={info.resume_data}"))
 
 
 async def test_runner_resumes_from_a_database_checkpoint_in_a_new_store_object(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     url = database_url
     async with DatabaseCheckpointStore(url) as store:
         runner = rk.Runner(_Approve("approver", "asks"), checkpoint_store=store)

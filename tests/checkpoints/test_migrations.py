@@ -22,8 +22,12 @@ from tests.checkpoints.support import fetch, table_names
 HEAD = ScriptDirectory(str(MIGRATIONS_DIR)).get_current_head()
 #: Every revision shipped, and the tables the later ones (the session service) create.
 REVISIONS = [rev.revision for rev in ScriptDirectory(str(MIGRATIONS_DIR)).walk_revisions()]
-SESSION_TABLES = {"relaykit_sessions", "relaykit_session_events", "relaykit_session_state",
-                  "relaykit_session_checkpoints"}
+SESSION_TABLES = {
+    "relaykit_sessions",
+    "relaykit_session_events",
+    "relaykit_session_state",
+    "relaykit_session_checkpoints",
+}
 
 
 async def columns(url: str, table: str) -> dict[str, dict[str, object]]:
@@ -34,77 +38,111 @@ async def columns(url: str, table: str) -> dict[str, dict[str, object]]:
             primary = await conn.run_sync(lambda sync: sa.inspect(sync).get_pk_constraint(table))
     finally:
         await engine.dispose()
-    return {column["name"]: {"nullable": column["nullable"],
-                             "primary": column["name"] in primary["constrained_columns"]}
-            for column in found}
+    return {
+        column["name"]: {
+            "nullable": column["nullable"],
+            "primary": column["name"] in primary["constrained_columns"],
+        }
+        for column in found
+    }
 
 
 async def create_old_schema_table(url: str) -> None:
     """The table as relaykit created it before migrations existed (``create_all``)."""
     old = sa.Table(
-        "relaykit_checkpoints", sa.MetaData(),
+        "relaykit_checkpoints",
+        sa.MetaData(),
         sa.Column("checkpoint_id", sa.String(255), primary_key=True),
         sa.Column("data", sa.LargeBinary, nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
-                  server_default=sa.func.now(), onupdate=sa.func.now()))
+        sa.Column(
+            "updated_at",
+            sa.DateTime(timezone=True),
+            nullable=False,
+            server_default=sa.func.now(),
+            onupdate=sa.func.now(),
+        ),
+    )
     engine = create_async_engine(url, poolclass=NullPool)
     try:
         async with engine.begin() as conn:
             await conn.run_sync(old.metadata.create_all)
-            await conn.execute(old.insert(), [{"checkpoint_id": "old-1", "data": b"first"},
-                                              {"checkpoint_id": "old-2", "data": b"second"}])
+            await conn.execute(
+                old.insert(),
+                [
+                    {"checkpoint_id": "old-1", "data": b"first"},
+                    {"checkpoint_id": "old-2", "data": b"second"},
+                ],
+            )
     finally:
         await engine.dispose()
 
 
 async def test_a_fresh_database_gets_the_table_the_store_uses_and_a_relaykit_version(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     async with DatabaseCheckpointStore(database_url):
         pass
-    assert await table_names(database_url) == {"relaykit_checkpoints", "relaykit_alembic_version",
-                                               *SESSION_TABLES}
+    assert await table_names(database_url) == {
+        "relaykit_checkpoints",
+        "relaykit_alembic_version",
+        *SESSION_TABLES,
+    }
     assert await fetch(database_url, "SELECT version_num FROM relaykit_alembic_version") == [
-        (HEAD,)]
+        (HEAD,)
+    ]
     migrated = await columns(database_url, "relaykit_checkpoints")
-    declared = {column.name: {"nullable": column.nullable, "primary": column.primary_key}
-                for column in _checkpoints.columns}
+    declared = {
+        column.name: {"nullable": column.nullable, "primary": column.primary_key}
+        for column in _checkpoints.columns
+    }
     assert migrated == declared
 
 
 async def test_an_old_schema_table_is_adopted_with_its_rows_kept_and_claimable(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     await create_old_schema_table(database_url)
     async with DatabaseCheckpointStore(database_url) as store:
         assert await store.get("old-1") == b"first"
         assert await store.claim("old-2", "owner-a", 60) == b"second"
         await store.finish("old-2", "owner-a", b"second, resumed")
         await store.set("new-1", b"third")
-    rows = await fetch(database_url, "SELECT checkpoint_id, data, claim_owner "
-                                     "FROM relaykit_checkpoints ORDER BY checkpoint_id")
+    rows = await fetch(
+        database_url,
+        "SELECT checkpoint_id, data, claim_owner FROM relaykit_checkpoints ORDER BY checkpoint_id",
+    )
     assert [(cid, bytes(data), owner) for cid, data, owner in rows] == [
-        ("new-1", b"third", None), ("old-1", b"first", None),
-        ("old-2", b"second, resumed", None)]
+        ("new-1", b"third", None),
+        ("old-1", b"first", None),
+        ("old-2", b"second, resumed", None),
+    ]
     assert set(await columns(database_url, "relaykit_checkpoints")) == set(_checkpoints.c.keys())
     assert await fetch(database_url, "SELECT version_num FROM relaykit_alembic_version") == [
-        (HEAD,)]
+        (HEAD,)
+    ]
 
 
 async def test_an_apps_own_alembic_version_table_is_left_untouched(database_url: str) -> None:
-    await fetch(database_url, "CREATE TABLE alembic_version "
-                              "(version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+    await fetch(
+        database_url, "CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)"
+    )
     await fetch(database_url, "INSERT INTO alembic_version VALUES ('app_rev_42')")
     await fetch(database_url, "CREATE TABLE orders (id INTEGER PRIMARY KEY)")
     async with DatabaseCheckpointStore(database_url) as store:
         await store.set("cp-1", b"doc")
-    assert await fetch(database_url, "SELECT version_num FROM alembic_version") == [
-        ("app_rev_42",)]
+    assert await fetch(database_url, "SELECT version_num FROM alembic_version") == [("app_rev_42",)]
     assert await table_names(database_url) == {
-        "alembic_version", "orders", "relaykit_checkpoints", "relaykit_alembic_version",
-        *SESSION_TABLES}
+        "alembic_version",
+        "orders",
+        "relaykit_checkpoints",
+        "relaykit_alembic_version",
+        *SESSION_TABLES,
+    }
 
 
 async def test_stores_opening_one_database_at_once_migrate_it_once(
-        database_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="alembic")
     stores = [DatabaseCheckpointStore(database_url) for _ in range(4)]
     try:
@@ -119,12 +157,12 @@ async def test_stores_opening_one_database_at_once_migrate_it_once(
     steps = [m.split(",")[0].removeprefix("Running upgrade").strip() for m in upgrades]
     assert sorted(steps) == sorted(set(steps)) and len(steps) == len(REVISIONS)
     assert await fetch(database_url, "SELECT version_num FROM relaykit_alembic_version") == [
-        (HEAD,)]
+        (HEAD,)
+    ]
     assert await fetch(database_url, "SELECT count(*) FROM relaykit_checkpoints") == [(4,)]
 
 
-async def test_a_database_upgraded_by_a_newer_relaykit_is_a_store_error(
-        database_url: str) -> None:
+async def test_a_database_upgraded_by_a_newer_relaykit_is_a_store_error(database_url: str) -> None:
     async with DatabaseCheckpointStore(database_url):
         pass
     await fetch(database_url, "UPDATE relaykit_alembic_version SET version_num = 'from_future'")

@@ -18,13 +18,26 @@ from tests.checkpoints.support import fetch
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def run_workers(mode: str, url: str, folder: Path, names: list[str],
-                      count: int) -> dict[str, dict[str, list[str]]]:
+async def run_workers(
+    mode: str, url: str, folder: Path, names: list[str], count: int
+) -> dict[str, dict[str, list[str]]]:
     """Start one worker per name, say go once all are ready, return their outcomes by name."""
     folder.mkdir()
-    procs = [await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.checkpoints.store_worker", mode, url, str(folder), name,
-        str(count), cwd=ROOT, stderr=asyncio.subprocess.PIPE) for name in names]
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.checkpoints.store_worker",
+            mode,
+            url,
+            str(folder),
+            name,
+            str(count),
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for name in names
+    ]
     try:
         for _ in range(6000):  # up to a minute for the interpreters to start
             if all((folder / f"{name}.ready").exists() for name in names):
@@ -45,7 +58,8 @@ async def run_workers(mode: str, url: str, folder: Path, names: list[str],
 
 
 async def test_processes_racing_to_claim_get_one_winner_per_checkpoint(
-        database_url: str, tmp_path: Path) -> None:
+    database_url: str, tmp_path: Path
+) -> None:
     count = 20
     async with DatabaseCheckpointStore(database_url) as store:
         for i in range(count):
@@ -54,8 +68,11 @@ async def test_processes_racing_to_claim_get_one_winner_per_checkpoint(
     outcomes = await run_workers("claim", database_url, tmp_path / "race", names, count)
 
     assert [o["failed"] for o in outcomes.values()] == [[]] * len(names)
-    winners = {checkpoint_id: name for name, outcome in outcomes.items()
-               for checkpoint_id in outcome["won"]}
+    winners = {
+        checkpoint_id: name
+        for name, outcome in outcomes.items()
+        for checkpoint_id in outcome["won"]
+    }
     won = sorted(checkpoint_id for outcome in outcomes.values() for checkpoint_id in outcome["won"])
     assert won == sorted(f"cp-{i}" for i in range(count))  # each exactly once
     for name, outcome in outcomes.items():
@@ -66,7 +83,8 @@ async def test_processes_racing_to_claim_get_one_winner_per_checkpoint(
 
 
 async def test_processes_starting_on_a_cold_database_save_every_checkpoint(
-        database_url: str, tmp_path: Path) -> None:
+    database_url: str, tmp_path: Path
+) -> None:
     count = 300
     names = ["p1", "p2", "p3"]
     outcomes = await run_workers("save", database_url, tmp_path / "burst", names, count)
@@ -74,5 +92,6 @@ async def test_processes_starting_on_a_cold_database_save_every_checkpoint(
     assert [o["failed"] for o in outcomes.values()] == [[]] * len(names)
     rows = await fetch(database_url, "SELECT checkpoint_id, data FROM relaykit_checkpoints")
     assert {checkpoint_id: bytes(data) for checkpoint_id, data in rows} == {
-        f"{name}-{i}": f"{name} {i}".encode() for name in names for i in range(count)}
+        f"{name}-{i}": f"{name} {i}".encode() for name in names for i in range(count)
+    }
     assert await fetch(database_url, "SELECT count(*) FROM relaykit_alembic_version") == [(1,)]

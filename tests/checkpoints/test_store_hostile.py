@@ -32,7 +32,8 @@ def test_an_unusable_claim_ttl_is_a_configuration_error(bad: Any, sqlite_url: st
 
 @pytest.mark.parametrize("value", ["'hello'", "10000000000000", "1.5", "-1"])
 async def test_a_corrupt_data_column_is_a_store_error_and_is_not_claimed(
-        database_url: str, value: str) -> None:
+    database_url: str, value: str
+) -> None:
     if database_url.startswith("postgresql"):
         pytest.skip("PostgreSQL's bytea column only holds bytes: no row is corrupt this way")
     async with DatabaseCheckpointStore(database_url) as store:
@@ -43,7 +44,8 @@ async def test_a_corrupt_data_column_is_a_store_error_and_is_not_claimed(
         with pytest.raises(errors.CheckpointStoreError, match="stored row is corrupt"):
             await store.claim("cp", "me", 30)
         assert await fetch(database_url, "SELECT claim_owner FROM relaykit_checkpoints") == [
-            (None,)]
+            (None,)
+        ]
 
 
 @pytest.mark.parametrize("expiry", ["NULL", "'soon'", "1e300"])
@@ -52,8 +54,10 @@ async def test_a_corrupt_claim_expiry_counts_as_expired(database_url: str, expir
         expiry = "'NaN'"  # a double precision column cannot hold text; NaN is its odd value
     async with DatabaseCheckpointStore(database_url) as store:
         await store.set("cp", b"doc")
-        await fetch(database_url, "UPDATE relaykit_checkpoints SET claim_owner = 'ghost', "
-                                  f"claim_expires_at = {expiry}")
+        await fetch(
+            database_url,
+            f"UPDATE relaykit_checkpoints SET claim_owner = 'ghost', claim_expires_at = {expiry}",
+        )
         assert await store.claim("cp", "me", 30) == b"doc"
         with pytest.raises(errors.CheckpointBusyError):
             await store.claim("cp", "someone else", 30)
@@ -70,12 +74,10 @@ async def test_a_resume_cancelled_while_claiming_leaves_no_claim() -> None:
             return data
 
     class Asks(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> Any:
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
             yield rk.interrupt(ctx, "approve?")
 
-        async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                         **options: Any) -> Any:
+        async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any) -> Any:
             yield rk.AgentEvent.from_message(rk.Message.assistant("resumed"))
 
     store = SlowToAnswer()

@@ -114,7 +114,8 @@ async def test_finish_with_none_deletes_the_checkpoint(case: StoreCase) -> None:
 
 @pytest.mark.parametrize("data", [b"new", None])
 async def test_finish_by_a_non_holder_is_busy_and_writes_nothing(
-        case: StoreCase, data: bytes | None) -> None:
+    case: StoreCase, data: bytes | None
+) -> None:
     await case.store.set("c1", b"old")
     await case.store.claim("c1", "owner-a", TTL)
     with pytest.raises(CheckpointBusyError, match="cannot finish the resume of checkpoint 'c1'"):
@@ -124,7 +125,8 @@ async def test_finish_by_a_non_holder_is_busy_and_writes_nothing(
 
 @pytest.mark.parametrize("data", [b"new", None])
 async def test_finish_without_a_claim_is_busy_and_writes_nothing(
-        case: StoreCase, data: bytes | None) -> None:
+    case: StoreCase, data: bytes | None
+) -> None:
     await case.store.set("c1", b"old")
     with pytest.raises(CheckpointBusyError):
         await case.store.finish("c1", "owner-a", data)
@@ -153,7 +155,8 @@ async def test_renew_by_a_non_holder_is_busy(case: StoreCase) -> None:
 
 
 async def test_an_expired_claim_is_taken_over_and_the_old_owner_cannot_finish(
-        case: StoreCase) -> None:
+    case: StoreCase,
+) -> None:
     await case.store.set("c1", b"doc")
     await case.store.claim("c1", "owner-a", SHORT_TTL)
     await case.expire_claims()
@@ -204,16 +207,15 @@ async def test_delete_drops_a_claim(case: StoreCase) -> None:
     assert await case.store.claim("c1", "owner-b", TTL) == b"again"
 
 
-async def test_concurrent_claims_of_one_checkpoint_have_exactly_one_winner(
-        case: StoreCase) -> None:
+async def test_concurrent_claims_of_one_checkpoint_have_exactly_one_winner(case: StoreCase) -> None:
     await case.store.set("c1", b"doc")
     owners = [f"owner-{n}" for n in range(50)]
-    results = await asyncio.gather(*(case.store.claim("c1", owner, TTL) for owner in owners),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(case.store.claim("c1", owner, TTL) for owner in owners), return_exceptions=True
+    )
     winners = [owner for owner, result in zip(owners, results, strict=True) if result == b"doc"]
     assert len(winners) == 1
-    assert all(isinstance(result, CheckpointBusyError)
-               for result in results if result != b"doc")
+    assert all(isinstance(result, CheckpointBusyError) for result in results if result != b"doc")
     assert await case.rows() == {"c1": (b"doc", winners[0])}
 
 
@@ -223,7 +225,8 @@ async def test_concurrent_finishes_by_racing_owners_write_once(case: StoreCase) 
     owners = ["owner-a", *(f"owner-{n}" for n in range(20))]
     results = await asyncio.gather(
         *(case.store.finish("c1", owner, owner.encode()) for owner in owners),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
     assert results[0] is None
     assert all(isinstance(result, CheckpointBusyError) for result in results[1:])
     assert await case.rows() == {"c1": (b"owner-a", None)}
@@ -247,7 +250,8 @@ def _calls(checkpoint_id: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("bad_id", BAD_IDS, ids=repr)
 async def test_invalid_ids_are_refused_by_every_method_and_nothing_is_written(
-        case: StoreCase, bad_id: Any) -> None:
+    case: StoreCase, bad_id: Any
+) -> None:
     for method, call in _calls(bad_id).items():
         with pytest.raises(CheckpointStoreError, match="checkpoint id must"):
             await call(case.store)
@@ -255,7 +259,8 @@ async def test_invalid_ids_are_refused_by_every_method_and_nothing_is_written(
 
 
 async def test_data_that_is_not_bytes_is_a_type_error_and_nothing_is_written(
-        case: StoreCase) -> None:
+    case: StoreCase,
+) -> None:
     with pytest.raises(TypeError, match="must be bytes, not str"):
         await case.store.set("c1", "text")
     await case.store.set("c1", b"doc")

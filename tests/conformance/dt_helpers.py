@@ -31,8 +31,9 @@ class ScriptedAgent(rk.BaseAgent):
         self.inputs: list[list[rk.Message]] = []
         self.run_paths: list[tuple[str, ...]] = []
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.inputs.append(list(input.messages))
         self.run_paths.append(names(ctx.run_path))
         if self._script is None:
@@ -46,14 +47,21 @@ class ScriptedAgent(rk.BaseAgent):
 class ResumableScriptedAgent(ScriptedAgent):
     """A resumable custom agent; ``resume`` delegates to ``on_resume(agent, ctx, info)``."""
 
-    def __init__(self, name: str, script: RunFn | None = None,
-                 on_resume: ResumeFn | None = None, *, description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        script: RunFn | None = None,
+        on_resume: ResumeFn | None = None,
+        *,
+        description: str = "",
+    ) -> None:
         super().__init__(name, script, description=description)
         self._on_resume = on_resume
         self.resume_infos: list[rk.ResumeInfo] = []
 
-    async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                     **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.resume_infos.append(info)
         if self._on_resume is None:
             yield say(f"{self.name} resumed")
@@ -79,8 +87,9 @@ def transfer_pair(dest: str) -> list[rk.AgentEvent]:
 def texts(*items: str) -> RunFn:
     """A script that says each text in turn."""
 
-    async def script(agent: ScriptedAgent, ctx: rk.RunContext,
-                     input: rk.AgentInput) -> AsyncIterator[rk.AgentEvent]:
+    async def script(
+        agent: ScriptedAgent, ctx: rk.RunContext, input: rk.AgentInput
+    ) -> AsyncIterator[rk.AgentEvent]:
         for item in items:
             yield say(item)
 
@@ -122,8 +131,12 @@ def describe(ev: rk.AgentEvent) -> str:
         return f"{who} stream"
     msg = out.message if out is not None else None
     if msg is not None and msg.tool_calls:
-        dests = ",".join(json.loads(c.arguments).get("agent_name", "?")
-                         if c.name == "transfer_to_agent" else c.name for c in msg.tool_calls)
+        dests = ",".join(
+            json.loads(c.arguments).get("agent_name", "?")
+            if c.name == "transfer_to_agent"
+            else c.name
+            for c in msg.tool_calls
+        )
         return f"{who} call -> {dests}"
     if msg is not None:
         return f"{who} say {msg.content}"
@@ -149,10 +162,15 @@ def rewritten_transfer(agent: str, dest: str) -> list[tuple[str, str]]:
     """The two user-role context lines another agent reads for ``agent``'s transfer (D2)."""
     args = json.dumps({"agent_name": dest})
     return [
-        ("user", f"For context: [{agent}] called tool: `transfer_to_agent` with arguments: "
-                 f"{args}."),
-        ("user", f"For context: [{agent}] `transfer_to_agent` tool returned result: "
-                 f"successfully transferred to agent [{dest}]."),
+        (
+            "user",
+            f"For context: [{agent}] called tool: `transfer_to_agent` with arguments: {args}.",
+        ),
+        (
+            "user",
+            f"For context: [{agent}] `transfer_to_agent` tool returned result: "
+            f"successfully transferred to agent [{dest}].",
+        ),
     ]
 
 

@@ -51,12 +51,18 @@ def transfer(dest: str) -> rk.AgentEvent:
 def llm_transfer(dest: str, *, text: str = "", call_id: str = "call_1") -> list[Step]:
     """What an LLM agent yields to transfer: an assistant message calling ``transfer_to_agent``
     (JSON arguments, D2) and the tool event answering it, which carries the transfer action."""
-    call = rk.Message.assistant(text, [rk.ToolCall(call_id, "transfer_to_agent",
-                                                   json.dumps({"agent_name": dest}))])
-    result = rk.Message.tool(f"successfully transferred to agent [{dest}]", tool_call_id=call_id,
-                             tool_name="transfer_to_agent")
-    return [call, with_action(result, rk.AgentAction(
-        transfer_to_agent=rk.TransferToAgentAction(dest)))]
+    call = rk.Message.assistant(
+        text, [rk.ToolCall(call_id, "transfer_to_agent", json.dumps({"agent_name": dest}))]
+    )
+    result = rk.Message.tool(
+        f"successfully transferred to agent [{dest}]",
+        tool_call_id=call_id,
+        tool_name="transfer_to_agent",
+    )
+    return [
+        call,
+        with_action(result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction(dest))),
+    ]
 
 
 def with_action(message: rk.Message, action: rk.AgentAction) -> rk.AgentEvent:
@@ -77,8 +83,9 @@ def interrupt_step(info: Any, state: Any = None) -> Callable[[rk.RunContext], rk
     return step
 
 
-def stream_of(*texts: str, error: BaseException | None = None,
-              closed: list[str] | None = None) -> rk.MessageStream:
+def stream_of(
+    *texts: str, error: BaseException | None = None, closed: list[str] | None = None
+) -> rk.MessageStream:
     """A stream whose async-generator source yields one assistant chunk per text, then raises
     ``error`` if given. ``closed`` (if given) gets ``"closed"`` appended when the source's
     ``finally`` runs."""
@@ -130,8 +137,9 @@ class ScriptedAgent(rk.BaseAgent):
         """The message contents of each input received."""
         return [[m.content for m in inp.messages] for inp in self.inputs]
 
-    async def _play(self, ctx: rk.RunContext,
-                    steps: Sequence[Step]) -> AsyncIterator[rk.AgentEvent]:
+    async def _play(
+        self, ctx: rk.RunContext, steps: Sequence[Step]
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.started += 1
         self.run_paths.append(names(ctx.run_path))
         try:
@@ -143,8 +151,9 @@ class ScriptedAgent(rk.BaseAgent):
         finally:
             self.closed += 1
 
-    def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-            **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.inputs.append(input)
         return self._play(ctx, self.steps)
 
@@ -153,14 +162,21 @@ class ResumableScriptedAgent(ScriptedAgent):
     """A ``ScriptedAgent`` that can resume: plays ``resume_steps`` (or what the callable
     returns for the ``ResumeInfo``) and records every ``ResumeInfo`` it receives."""
 
-    def __init__(self, name: str, steps: Sequence[Step] = (),
-                 resume_steps: ResumeSteps = (), *, description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        steps: Sequence[Step] = (),
+        resume_steps: ResumeSteps = (),
+        *,
+        description: str = "",
+    ) -> None:
         super().__init__(name, steps, description=description)
         self.resume_steps = resume_steps
         self.resume_infos: list[rk.ResumeInfo] = []
 
-    def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-               **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.resume_infos.append(info)
         steps = self.resume_steps
         if callable(steps):
@@ -189,8 +205,9 @@ class RaisingAgent(rk.BaseAgent):
         self.error = error
         self.before = list(before)
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         for text in self.before:
             yield rk.AgentEvent.from_message(rk.Message.assistant(text))
         raise self.error
@@ -203,8 +220,9 @@ class EagerRaisingAgent(rk.BaseAgent):
         super().__init__(name)
         self.error = error
 
-    def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-            **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         raise self.error
 
 
@@ -220,9 +238,9 @@ class FanoutAgent(rk.BaseAgent):
         self.resume_infos: list[rk.ResumeInfo] = []
         self.closed = 0
 
-    async def _each(self, ctx: rk.RunContext,
-                    calls: list[tuple[str, Any]]
-                    ) -> AsyncIterator[rk.AgentEvent]:
+    async def _each(
+        self, ctx: rk.RunContext, calls: list[tuple[str, Any]]
+    ) -> AsyncIterator[rk.AgentEvent]:
         interrupts: list[rk.AgentEvent] = []
         pending: list[str] = []
         try:
@@ -239,16 +257,20 @@ class FanoutAgent(rk.BaseAgent):
         finally:
             self.closed += 1
 
-    def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-            **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         return self._each(ctx, [(sub.name, sub.run(ctx, input)) for sub in self.sub_agents])
 
-    def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-               **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.resume_infos.append(info)
         pending = set(info.interrupt_state or ())
-        return self._each(ctx, [(sub.name, sub.resume(ctx, info))
-                                for sub in self.sub_agents if sub.name in pending])
+        return self._each(
+            ctx,
+            [(sub.name, sub.resume(ctx, info)) for sub in self.sub_agents if sub.name in pending],
+        )
 
 
 # -- reading results ---------------------------------------------------------------------------
@@ -309,8 +331,9 @@ async def summarize(events: Iterable[rk.AgentEvent]) -> list[Summary]:
     return out
 
 
-async def run_summary(runner: rk.Runner, *messages: rk.Message | str,
-                      **options: Any) -> list[Summary]:
+async def run_summary(
+    runner: rk.Runner, *messages: rk.Message | str, **options: Any
+) -> list[Summary]:
     """Run ``runner`` on ``messages`` (strings become user messages) and summarise."""
     msgs = [user(m) if isinstance(m, str) else m for m in messages]
     return await summarize(await collect(runner.run(msgs, **options)))

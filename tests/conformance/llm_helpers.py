@@ -65,15 +65,24 @@ def transfer_call(dest: str, call_id: str = "t1") -> rk.ToolCall:
     return call("transfer_to_agent", {"agent_name": dest}, call_id)
 
 
-def agent(name: str, script: Sequence[Any], *, description: str | None = None,
-          instruction: str | None = None, **options: Any
-          ) -> tuple[rk.ChatModelAgent, rk.ScriptedModel]:
+def agent(
+    name: str,
+    script: Sequence[Any],
+    *,
+    description: str | None = None,
+    instruction: str | None = None,
+    **options: Any,
+) -> tuple[rk.ChatModelAgent, rk.ScriptedModel]:
     """A ``ChatModelAgent`` over a ``ScriptedModel`` playing ``script``, and that model.
     The description and instruction default to ``"<name> desc"`` and ``"You are <name>."``."""
     model = rk.ScriptedModel(script)
-    return rk.ChatModelAgent(name, description if description is not None else f"{name} desc",
-                             instruction if instruction is not None else f"You are {name}.",
-                             model=model, **options), model
+    return rk.ChatModelAgent(
+        name,
+        description if description is not None else f"{name} desc",
+        instruction if instruction is not None else f"You are {name}.",
+        model=model,
+        **options,
+    ), model
 
 
 async def run(root: rk.Agent, *texts: str, **options: Any) -> list[rk.AgentEvent]:
@@ -134,8 +143,11 @@ async def summarize(events: Sequence[rk.AgentEvent]) -> list[Summary]:
             assert msg is not None
             role, text = msg.role, msg.content
             if msg.tool_calls:
-                text = (text + " " if text else "") + "call:" + ",".join(
-                    c.name for c in msg.tool_calls)
+                text = (
+                    (text + " " if text else "")
+                    + "call:"
+                    + ",".join(c.name for c in msg.tool_calls)
+                )
         out.append((ev.agent_name, names(ev.run_path), role, text, action_kind(ev)))
     return out
 

@@ -44,14 +44,16 @@ def desk(folder: Path, me: str) -> rk.ChatModelAgent:
         while True:
             yield respond
 
-    return rk.ChatModelAgent("desk", "refunds", "Refund.", rk.ScriptedModel(forever()),
-                             tools=[refund])
+    return rk.ChatModelAgent(
+        "desk", "refunds", "Refund.", rk.ScriptedModel(forever()), tools=[refund]
+    )
 
 
 async def interrupt(url: str, checkpoint_id: str) -> None:
     async with rk.DatabaseCheckpointStore(url) as store:
         result = await rk.Runner(desk(Path("."), "parent"), checkpoint_store=store).invoke(
-            "refund o1", checkpoint_id=checkpoint_id)
+            "refund o1", checkpoint_id=checkpoint_id
+        )
         assert result.interrupt is not None
 
 

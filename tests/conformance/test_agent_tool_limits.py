@@ -19,8 +19,9 @@ def _forever(respond: Any) -> Iterator[Any]:
         yield respond
 
 
-def _calling(tool_name: str, arguments: dict[str, Any], calls: list[str] | None = None
-             ) -> rk.ScriptedModel:
+def _calling(
+    tool_name: str, arguments: dict[str, Any], calls: list[str] | None = None
+) -> rk.ScriptedModel:
     def respond(request: rk.ModelRequest) -> Message:
         if calls is not None:
             calls.append(tool_name)
@@ -53,9 +54,12 @@ def _nested(depth: int, paid: list[int]) -> rk.ChatModelAgent:
 
     agent = rk.ChatModelAgent("a0", "pays", model=_calling("pay", {"amount": 5}), tools=[pay])
     for i in range(1, depth):
-        agent = rk.ChatModelAgent(f"a{i}", f"level {i}",
-                                  model=_calling(f"a{i - 1}", {"request": "go"}),
-                                  tools=[rk.AgentTool(agent)])
+        agent = rk.ChatModelAgent(
+            f"a{i}",
+            f"level {i}",
+            model=_calling(f"a{i - 1}", {"request": "go"}),
+            tools=[rk.AgentTool(agent)],
+        )
     return agent
 
 

@@ -56,18 +56,20 @@ def transfer_parameters(*targets: str) -> dict[str, Any]:
     """The §7.4 parameters of ``transfer_to_agent``, with ``targets`` as the ``enum`` (D22)."""
     return {
         "type": "object",
-        "properties": {"agent_name": {"type": "string",
-                                      "description": "the name of the agent to transfer to",
-                                      "enum": list(targets)}},
+        "properties": {
+            "agent_name": {
+                "type": "string",
+                "description": "the name of the agent to transfer to",
+                "enum": list(targets),
+            }
+        },
         "required": ["agent_name"],
     }
 
 
-
 EXIT_PARAMETERS = {
     "type": "object",
-    "properties": {"final_result": {"type": "string",
-                                    "description": "the final result to return"}},
+    "properties": {"final_result": {"type": "string", "description": "the final result to return"}},
     "required": ["final_result"],
 }
 
@@ -86,8 +88,9 @@ def echo(text: str) -> str:
 async def test_tr01_agent_with_children_gets_transfer_tool_and_exact_instruction() -> None:
     """TR-01: a root LLM agent with sub-agents gets ``transfer_to_agent`` (§7.4 spec) and the
     instruction ``<own>\\n\\n<transfer text>`` listing each child in order."""
-    a, am = agent("A", [say("I can answer")], instruction="You are the router.",
-                  description="routes requests")
+    a, am = agent(
+        "A", [say("I can answer")], instruction="You are the router.", description="routes requests"
+    )
     b, _ = agent("B", [], description="billing questions")
     c, _ = agent("C", [], description="technical support")
     events = await run(rk.set_sub_agents(a, [b, c]), "hello")
@@ -100,7 +103,8 @@ async def test_tr01_agent_with_children_gets_transfer_tool_and_exact_instruction
     assert spec.parameters == transfer_parameters("B", "C")
     assert request.messages[0].role == "system"
     assert request.messages[0].content == "You are the router.\n\n" + transfer_text(
-        ("B", "billing questions"), ("C", "technical support"))
+        ("B", "billing questions"), ("C", "technical support")
+    )
     assert contents(request)[1:] == [("user", "hello")]
 
 
@@ -116,7 +120,8 @@ async def test_tr01_child_lists_its_children_then_its_parent() -> None:
     assert [s[0] for s in await summarize(events)] == ["A", "A", "B"]
     [request] = bm.requests
     assert request.messages[0].content == "You are B.\n\n" + transfer_text(
-        ("L", "a leaf"), ("A", "the root"))
+        ("L", "a leaf"), ("A", "the root")
+    )
     assert tool_names(request) == ["transfer_to_agent"]
 
 
@@ -134,8 +139,9 @@ async def test_tr01_disallow_transfer_to_parent_hides_the_parent() -> None:
     alone."""
     a, _ = agent("A", [calls(transfer_call("B"))])
     b, bm = agent("B", [say("B answers")], instruction="You are B.")
-    events = await run(rk.set_sub_agents(
-        a, [rk.as_flow_agent(b, disallow_transfer_to_parent=True)]), "q")
+    events = await run(
+        rk.set_sub_agents(a, [rk.as_flow_agent(b, disallow_transfer_to_parent=True)]), "q"
+    )
 
     assert (await summarize(events))[-1] == ("B", ["A", "B"], "assistant", "B answers", None)
     [request] = bm.requests
@@ -149,8 +155,7 @@ async def test_tr01_disallow_parent_keeps_the_children() -> None:
     leaf, _ = agent("L", [], description="leafy")
     middle = rk.set_sub_agents(rk.as_flow_agent(b, disallow_transfer_to_parent=True), [leaf])
     await run(rk.set_sub_agents(a, [middle]), "q")
-    assert bm.requests[0].messages[0].content == "You are B.\n\n" + transfer_text(
-        ("L", "leafy"))
+    assert bm.requests[0].messages[0].content == "You are B.\n\n" + transfer_text(("L", "leafy"))
 
 
 async def test_tr01_standalone_agent_has_no_transfer_tool() -> None:
@@ -189,7 +194,8 @@ async def test_tr01_transfer_instruction_is_not_formatted_but_own_instruction_is
     events = await run(rk.set_sub_agents(a, [b]), "q", session_values={"user:name": "Ada"})
     assert errors(events) == []
     assert am.requests[0].messages[0].content == "Hello Ada.\n\n" + transfer_text(
-        ("B", "uses {braces} and {missing}"))
+        ("B", "uses {braces} and {missing}")
+    )
 
 
 # -- TR-02: the transfer tool returns directly --------------------------------------------------
@@ -214,10 +220,16 @@ async def test_tr02_transfer_returns_directly_and_target_runs() -> None:
     # B reads A's transfer pair rewritten as context (D2: JSON arguments).
     assert contents(bm.requests[0])[1:] == [
         ("user", "hi"),
-        ("user", 'For context: [A] called tool: `transfer_to_agent` with arguments: '
-                 '{"agent_name": "B"}.'),
-        ("user", "For context: [A] `transfer_to_agent` tool returned result: "
-                 "successfully transferred to agent [B]."),
+        (
+            "user",
+            "For context: [A] called tool: `transfer_to_agent` with arguments: "
+            '{"agent_name": "B"}.',
+        ),
+        (
+            "user",
+            "For context: [A] `transfer_to_agent` tool returned result: "
+            "successfully transferred to agent [B].",
+        ),
     ]
 
 
@@ -239,8 +251,9 @@ async def test_tr02_transfer_back_to_parent() -> None:
 async def test_tr02_transfer_event_is_last_even_with_other_tool_calls() -> None:
     """§7.7.1: the return-directly (transfer) event is held until the whole batch finished, so it
     is the agent's last event; the other tool still runs."""
-    a, am = agent("A", [calls(transfer_call("B", "t1"), call("echo", {"text": "x"}, "e1"))],
-                  tools=[echo])
+    a, am = agent(
+        "A", [calls(transfer_call("B", "t1"), call("echo", {"text": "x"}, "e1"))], tools=[echo]
+    )
     b, _ = agent("B", [say("B here")])
     events = await run(rk.set_sub_agents(a, [b]), "hi")
     assert await summarize(events) == [
@@ -310,20 +323,30 @@ def finish(answer: str) -> str:
     return f"FINAL: {answer}"
 
 
-@pytest.mark.parametrize("bad_call", [
-    call("transfer_to_agent", {"name": "B"}, "t1"),     # schema mismatch (built-in, transfer)
-    call("exit", {"final_result": 5}, "t1"),            # schema mismatch (built-in, exit)
-    call("finish", {"answer": ""}, "t1"),               # ToolError from a return-directly tool
-    call("finish", "{not json", "t1"),                  # invalid JSON for a return-directly tool
-], ids=["transfer", "exit", "tool-error", "invalid-json"])
+@pytest.mark.parametrize(
+    "bad_call",
+    [
+        call("transfer_to_agent", {"name": "B"}, "t1"),  # schema mismatch (built-in, transfer)
+        call("exit", {"final_result": 5}, "t1"),  # schema mismatch (built-in, exit)
+        call("finish", {"answer": ""}, "t1"),  # ToolError from a return-directly tool
+        call("finish", "{not json", "t1"),  # invalid JSON for a return-directly tool
+    ],
+    ids=["transfer", "exit", "tool-error", "invalid-json"],
+)
 async def test_tr02_failed_return_directly_call_still_has_its_tool_event(
-        bad_call: rk.ToolCall) -> None:
+    bad_call: rk.ToolCall,
+) -> None:
     """§7.7.1 / D15: every tool call yields one tool event; a failed return-directly call is
     an ordinary tool result (``error: ...``), so its event must appear between the call and the
     next answer — otherwise the run history (what the next agent reads) holds a tool call
     without its result, while the model itself did receive the error message."""
-    a, am = agent("A", [calls(bad_call), say("sorry")], tools=[finish],
-                  return_directly=["finish"], exit_tool=True)
+    a, am = agent(
+        "A",
+        [calls(bad_call), say("sorry")],
+        tools=[finish],
+        return_directly=["finish"],
+        exit_tool=True,
+    )
     b, _ = agent("B", [])
     events = await run(rk.set_sub_agents(a, [b]), "hi")
     assert errors(events) == []
@@ -339,18 +362,24 @@ async def test_tr02_chain_interrupt_in_b_resumes_b_then_c() -> None:
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
     a, am = agent("A", [calls(transfer_call("B", "t1"), transfer_call("C", "t2"))])
-    b, bm = agent("B", [calls(call("approve", {"item": "b"}, "bc")), say("B done")],
-                  tools=[approvals.tool])
+    b, bm = agent(
+        "B", [calls(call("approve", {"item": "b"}, "bc")), say("B done")], tools=[approvals.tool]
+    )
     c, cm = agent("C", [say("C here")])
     root = rk.set_sub_agents(a, [b, c])
-    first = await collect(rk.Runner(root, checkpoint_store=store).query(
-        "hi", checkpoint_id="cp"))
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     assert [s[4] for s in await summarize(first)] == [
-        None, "transfer:B", "transfer:C", None, "interrupt"]
+        None,
+        "transfer:B",
+        "transfer:C",
+        None,
+        "interrupt",
+    ]
     [ctx] = interrupt_of(first).contexts
     assert cm.requests == []
-    second = await collect(rk.Runner(root, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "ok"}))
+    second = await collect(
+        rk.Runner(root, checkpoint_store=store).resume("cp", targets={ctx.id: "ok"})
+    )
     assert await summarize(second) == [
         ("B", ["A", "B"], "tool", "b: ok", None),
         ("B", ["A", "B"], "assistant", "B done", None),
@@ -380,27 +409,36 @@ async def test_tool_results_are_fed_back_as_tool_messages_with_matching_ids() ->
         """Add."""
         return a + b
 
-    model_calls = calls(call("echo", {"text": "one"}, "id_1"), call("add", {"a": 2, "b": 3},
-                                                                       "id_2"), text="working")
+    model_calls = calls(
+        call("echo", {"text": "one"}, "id_1"), call("add", {"a": 2, "b": 3}, "id_2"), text="working"
+    )
     a, am = agent("A", [model_calls, say("the end")], tools=[echo, add])
     events = await run(a, "go")
 
     summary = await summarize(events)
     # Tool events come in completion order: both are sync tools, run in worker threads.
     assert summary[0] == ("A", ["A"], "assistant", "working call:echo,add", None)
-    assert sorted(summary[1:3]) == [("A", ["A"], "tool", "5", None),
-                                    ("A", ["A"], "tool", "echo: one", None)]
+    assert sorted(summary[1:3]) == [
+        ("A", ["A"], "tool", "5", None),
+        ("A", ["A"], "tool", "echo: one", None),
+    ]
     assert summary[3] == ("A", ["A"], "assistant", "the end", None)
     assert len(am.requests) == 2
     assert [tool_names(r) for r in am.requests] == [["echo", "add"], ["echo", "add"]]
     assert am.requests[0].tools == [echo.spec, add.spec]
     second = am.requests[1].messages
-    assert contents(am.requests[1]) == [("system", "You are A."), ("user", "go"),
-                                        ("assistant", "working"), ("tool", "echo: one"),
-                                        ("tool", "5")]
+    assert contents(am.requests[1]) == [
+        ("system", "You are A."),
+        ("user", "go"),
+        ("assistant", "working"),
+        ("tool", "echo: one"),
+        ("tool", "5"),
+    ]
     assert second[2].tool_calls == model_calls.tool_calls
-    assert [(m.tool_call_id, m.tool_name) for m in second[3:]] == [("id_1", "echo"),
-                                                                    ("id_2", "add")]
+    assert [(m.tool_call_id, m.tool_name) for m in second[3:]] == [
+        ("id_1", "echo"),
+        ("id_2", "add"),
+    ]
 
 
 async def test_parallel_tool_calls_run_concurrently() -> None:
@@ -415,16 +453,23 @@ async def test_parallel_tool_calls_run_concurrently() -> None:
         await asyncio.wait_for(started[other].wait(), timeout=5)
         return f"{side} met {other}"
 
-    a, am = agent("A", [calls(call("meet", {"side": "left"}, "L"),
-                              call("meet", {"side": "right"}, "R")), say("both met")],
-                  tools=[meet])
+    a, am = agent(
+        "A",
+        [
+            calls(call("meet", {"side": "left"}, "L"), call("meet", {"side": "right"}, "R")),
+            say("both met"),
+        ],
+        tools=[meet],
+    )
     events = await run(a, "go")
     assert errors(events) == []
     summary = await summarize(events)
     assert summary[-1] == ("A", ["A"], "assistant", "both met", None)
     assert sorted(s[3] for s in summary[1:3]) == ["left met right", "right met left"]
     assert [(m.tool_call_id, m.content) for m in am.requests[1].messages[-2:]] == [
-        ("L", "left met right"), ("R", "right met left")]
+        ("L", "left met right"),
+        ("R", "right met left"),
+    ]
 
 
 async def test_tool_events_follow_completion_order_messages_follow_call_order() -> None:
@@ -442,11 +487,18 @@ async def test_tool_events_follow_completion_order_messages_follow_call_order() 
         fast_done.set()
         return "fast result"
 
-    a, am = agent("A", [calls(call("slow", None, "s"), call("fast", None, "f")), say("ok")],
-                  tools=[slow, fast])
+    a, am = agent(
+        "A",
+        [calls(call("slow", None, "s"), call("fast", None, "f")), say("ok")],
+        tools=[slow, fast],
+    )
     events = await run(a, "go")
     assert [s[3] for s in await summarize(events)] == [
-        "call:slow,fast", "fast result", "slow result", "ok"]
+        "call:slow,fast",
+        "fast result",
+        "slow result",
+        "ok",
+    ]
     assert [m.tool_call_id for m in am.requests[1].messages[-2:]] == ["s", "f"]
 
 
@@ -460,8 +512,7 @@ async def test_tool_return_values_become_text_or_json() -> None:
     a, am = agent("A", [calls(call("lookup", {"key": "k"})), say("done")], tools=[lookup])
     await run(a, "go")
     tool_msg = am.requests[1].messages[-1]
-    assert json.loads(tool_msg.content) == {"key": "k", "values": [1, 2], "ok": True,
-                                            "name": "Zoë"}
+    assert json.loads(tool_msg.content) == {"key": "k", "values": [1, 2], "ok": True, "name": "Zoë"}
 
 
 async def test_tool_without_arguments_accepts_empty_argument_text() -> None:
@@ -491,6 +542,7 @@ async def test_max_iterations_exceeded_is_an_error_event() -> None:
 async def test_max_iterations_allows_exactly_that_many_model_calls() -> None:
     """§11.9 TestReact/MaxIterations: 5 tool rounds + a final answer pass with 6 and fail
     with 5."""
+
     def script() -> list[rk.Message]:
         return [calls(call("echo", {"text": str(i)}, f"c{i}")) for i in range(5)] + [say("bye")]
 
@@ -517,8 +569,13 @@ async def test_return_directly_tool_ends_the_run_with_its_result() -> None:
     """``return_directly``: the tool's event is the last event, no further model call, and the
     tool's text is the final output (``output_key``)."""
 
-    a, am = agent("A", [calls(call("finish", {"answer": "42"}, "f1"))], tools=[finish, echo],
-                  return_directly=["finish"], output_key="result")
+    a, am = agent(
+        "A",
+        [calls(call("finish", {"answer": "42"}, "f1"))],
+        tools=[finish, echo],
+        return_directly=["finish"],
+        output_key="result",
+    )
     reader = ReadValues("reader", ["result"])
     events = await run(rk.SequentialAgent("S", [a, reader]), "go")
     assert await summarize(events) == [
@@ -544,9 +601,18 @@ async def test_parallel_return_directly_event_is_emitted_last() -> None:
         await asyncio.wait_for(release.wait(), timeout=5)
         return f"later {n}"
 
-    a, am = agent("A", [calls(call("quick", None, "q"), call("later", {"n": 1}, "l1"),
-                              call("later", {"n": 2}, "l2"))],
-                  tools=[quick, later], return_directly=["quick"])
+    a, am = agent(
+        "A",
+        [
+            calls(
+                call("quick", None, "q"),
+                call("later", {"n": 1}, "l1"),
+                call("later", {"n": 2}, "l2"),
+            )
+        ],
+        tools=[quick, later],
+        return_directly=["quick"],
+    )
     events = await run(a, "go")
     texts = [s[3] for s in await summarize(events)]
     assert texts[0] == "call:quick,later,later"
@@ -558,8 +624,11 @@ async def test_parallel_return_directly_event_is_emitted_last() -> None:
 async def test_exit_tool_ends_with_exit_action_and_final_result() -> None:
     """§7.5 / §11.8 TestExitTool: exactly 2 events; the second is a tool event whose content is
     ``final_result`` and whose action is exit."""
-    a, am = agent("A", [calls(call("exit", {"final_result": "This is the final result"}, "x"))],
-                  exit_tool=True)
+    a, am = agent(
+        "A",
+        [calls(call("exit", {"final_result": "This is the final result"}, "x"))],
+        exit_tool=True,
+    )
     events = await run(a, "go")
     assert await summarize(events) == [
         ("A", ["A"], "assistant", "call:exit", None),
@@ -572,8 +641,9 @@ async def test_exit_tool_ends_with_exit_action_and_final_result() -> None:
 
 async def test_exit_tool_stops_a_sequential_workflow() -> None:
     """The exit action ends the enclosing flow: the next workflow step does not run."""
-    a, _ = agent("A", [calls(call("exit", {"final_result": "stop here"}))], exit_tool=True,
-                 output_key="out")
+    a, _ = agent(
+        "A", [calls(call("exit", {"final_result": "stop here"}))], exit_tool=True, output_key="out"
+    )
     b, bm = agent("B", [say("never")])
     events = await run(rk.SequentialAgent("S", [a, b]), "go")
     assert [s[4] for s in await summarize(events)] == [None, "exit"]
@@ -583,8 +653,12 @@ async def test_exit_tool_stops_a_sequential_workflow() -> None:
 async def test_output_key_saves_the_final_text_in_session_values() -> None:
     """§7.9: ``output_key`` stores the final answer's text; a later agent's instruction reads it
     (D16)."""
-    a, _ = agent("A", [calls(call("echo", {"text": "x"})), say("the draft")], tools=[echo],
-                 output_key="draft")
+    a, _ = agent(
+        "A",
+        [calls(call("echo", {"text": "x"})), say("the draft")],
+        tools=[echo],
+        output_key="draft",
+    )
     b, bm = agent("B", [say("reviewed")], instruction="Review this: {draft}")
     reader = ReadValues("reader", ["draft"])
     events = await run(rk.SequentialAgent("S", [a, b, reader]), "go")
@@ -614,13 +688,18 @@ class Host(rk.BaseAgent):
         async for ev in self.inner.run(ctx, input):
             yield ev
         yield rk.AgentEvent.from_message(
-            say(f"{self.key}={ctx.get_session_value(self.key, '<missing>')}"))
+            say(f"{self.key}={ctx.get_session_value(self.key, '<missing>')}")
+        )
 
 
 async def test_output_key_is_not_written_when_the_run_fails() -> None:
     """§7.9: not written on error (the tool round succeeded, the second model call failed)."""
-    a, _ = agent("A", [calls(call("echo", {"text": "x"})), RuntimeError("model down")],
-                 tools=[echo], output_key="out")
+    a, _ = agent(
+        "A",
+        [calls(call("echo", {"text": "x"})), RuntimeError("model down")],
+        tools=[echo],
+        output_key="out",
+    )
     events = await run(Host(a, "out"), "go")
     summary = await summarize(events)
     assert [s[2] for s in summary] == ["assistant", "tool", "error", "assistant"]
@@ -643,8 +722,7 @@ class ReadValues(rk.BaseAgent):
         self.keys = list(keys)
         self.seen: list[dict[str, Any]] = []
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
-                  ) -> Any:
+    async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
         self.seen.append({k: ctx.get_session_value(k, "<missing>") for k in self.keys})
         if False:  # pragma: no cover - makes this an async generator
             yield
@@ -654,14 +732,18 @@ class ReadValues(rk.BaseAgent):
 async def test_instruction_placeholders_are_filled_from_session_values() -> None:
     """D16: ``{key}``, ``{user:name}``, ``{key?}`` missing → "", ``{{``/``}}`` literal braces,
     JSON braces left alone."""
-    instruction = ('Hi {user:name}, topic {topic}, extra [{extra?}], literal {{topic}}, '
-                   'JSON {"a": [1, 2]}, count {app:count}')
+    instruction = (
+        "Hi {user:name}, topic {topic}, extra [{extra?}], literal {{topic}}, "
+        'JSON {"a": [1, 2]}, count {app:count}'
+    )
     a, am = agent("A", [say("ok")], instruction=instruction)
-    events = await run(a, "go", session_values={"user:name": "Ada", "topic": "tides",
-                                                "app:count": 3})
+    events = await run(
+        a, "go", session_values={"user:name": "Ada", "topic": "tides", "app:count": 3}
+    )
     assert errors(events) == []
     assert am.requests[0].messages[0].content == (
-        'Hi Ada, topic tides, extra [], literal {topic}, JSON {"a": [1, 2]}, count 3')
+        'Hi Ada, topic tides, extra [], literal {topic}, JSON {"a": [1, 2]}, count 3'
+    )
 
 
 async def test_instruction_braces_are_left_alone_without_session_values() -> None:
@@ -716,8 +798,11 @@ async def test_streaming_model_event_is_a_message_stream() -> None:
 async def test_streaming_tool_call_fragments_merge_and_the_tool_runs() -> None:
     """Streamed tool-call fragments merge into the full call; the tool receives the parsed
     arguments; the next request holds the merged call."""
-    a, am = agent("A", [calls(call("echo", {"text": "hello world"}, "e1"), text="let me see"),
-                        say("done now")], tools=[echo])
+    a, am = agent(
+        "A",
+        [calls(call("echo", {"text": "hello world"}, "e1"), text="let me see"), say("done now")],
+        tools=[echo],
+    )
     events = await run(a, "go", streaming=True)
     assert errors(events) == []
     assert [ev.output.is_streaming for ev in events] == [True, False, True]  # type: ignore
@@ -735,7 +820,8 @@ async def test_streaming_tool_call_fragments_merge_and_the_tool_runs() -> None:
     ]
     sent = am.requests[1].messages[2]
     assert [(c.id, c.name, c.arguments) for c in sent.tool_calls] == [
-        ("e1", "echo", '{"text": "hello world"}')]
+        ("e1", "echo", '{"text": "hello world"}')
+    ]
 
 
 async def test_streaming_transfer_then_target_streams() -> None:
@@ -755,15 +841,16 @@ async def test_streaming_transfer_then_target_streams() -> None:
 @pytest.mark.parametrize(
     ("bad_call", "mentions"),
     [
-        (rk.ToolCall("b1", "echo", '{"text": '), ["echo", "JSON"]),             # invalid JSON
-        (rk.ToolCall("b1", "echo", '["text"]'), ["echo"]),                       # not an object
-        (rk.ToolCall("b1", "echo", '{"txt": "x"}'), ["echo", "text"]),           # schema mismatch
-        (rk.ToolCall("b1", "echo", '{"text": 5}'), ["echo", "text"]),            # wrong type
-        (rk.ToolCall("b1", "nope", '{}'), ["nope"]),                             # unknown tool
+        (rk.ToolCall("b1", "echo", '{"text": '), ["echo", "JSON"]),  # invalid JSON
+        (rk.ToolCall("b1", "echo", '["text"]'), ["echo"]),  # not an object
+        (rk.ToolCall("b1", "echo", '{"txt": "x"}'), ["echo", "text"]),  # schema mismatch
+        (rk.ToolCall("b1", "echo", '{"text": 5}'), ["echo", "text"]),  # wrong type
+        (rk.ToolCall("b1", "nope", "{}"), ["nope"]),  # unknown tool
     ],
 )
 async def test_bad_tool_calls_answer_the_model_with_an_error_and_continue(
-        bad_call: rk.ToolCall, mentions: list[str]) -> None:
+    bad_call: rk.ToolCall, mentions: list[str]
+) -> None:
     """D15: invalid JSON, schema mismatch or an unknown tool → a tool message ``error: ...``
     (same call id) goes back to the model and the loop continues."""
     a, am = agent("A", [calls(bad_call), say("let me fix that")], tools=[echo])
@@ -831,12 +918,17 @@ async def test_exception_in_tool_body_is_an_error_event_and_stops_the_agent() ->
             raise
         return "never"
 
-    a, am = agent("A", [calls(call("broken", None, "b"), call("waits", None, "w")),
-                        say("never")], tools=[broken, waits])
+    a, am = agent(
+        "A",
+        [calls(call("broken", None, "b"), call("waits", None, "w")), say("never")],
+        tools=[broken, waits],
+    )
     events = await run(a, "go")
     summary = await summarize(events)
-    assert summary == [("A", ["A"], "assistant", "call:broken,waits", None),
-                       ("A", ["A"], "error", "RuntimeError: tool exploded", None)]
+    assert summary == [
+        ("A", ["A"], "assistant", "call:broken,waits", None),
+        ("A", ["A"], "error", "RuntimeError: tool exploded", None),
+    ]
     assert len(am.requests) == 1
     assert sibling == ["started", "cancelled"]
 
@@ -858,15 +950,23 @@ async def test_tool_set_action_attaches_to_that_calls_event() -> None:
         ctx.set_action(rk.AgentAction(custom={"label": label}))
         return f"tagged {label}"
 
-    a, _ = agent("A", [calls(call("tag", {"label": "A"}, "t1"), call("tag", {"label": "B"}, "t2")),
-                       say("done")], tools=[tag])
+    a, _ = agent(
+        "A",
+        [calls(call("tag", {"label": "A"}, "t1"), call("tag", {"label": "B"}, "t2")), say("done")],
+        tools=[tag],
+    )
     events = await run(a, "go")
     tool_events = [ev for ev in events if ev.output is not None and ev.output.role == "tool"]
-    by_id = {ev.output.message.tool_call_id: ev.action.custom  # type: ignore[union-attr]
-             for ev in tool_events}
+    by_id = {
+        ev.output.message.tool_call_id: ev.action.custom  # type: ignore[union-attr]
+        for ev in tool_events
+    }
     assert by_id == {"t1": {"label": "A"}, "t2": {"label": "B"}}
-    assert [ev.output.message.content for ev in tool_events  # type: ignore[union-attr]
-            if ev.action.custom == {"label": "A"}] == ["tagged A"]  # type: ignore[union-attr]
+    assert [
+        ev.output.message.content
+        for ev in tool_events  # type: ignore[union-attr]
+        if ev.action.custom == {"label": "A"}
+    ] == ["tagged A"]  # type: ignore[union-attr]
 
 
 async def test_tool_context_carries_names_and_run_context() -> None:
@@ -874,8 +974,14 @@ async def test_tool_context_carries_names_and_run_context() -> None:
 
     @rk.tool
     def probe(ctx: rk.ToolContext) -> str:
-        seen.append((ctx.tool_name, ctx.tool_call_id, names(ctx.run_context.run_path),
-                     ctx.run_context.get_session_value("k")))
+        seen.append(
+            (
+                ctx.tool_name,
+                ctx.tool_call_id,
+                names(ctx.run_context.run_path),
+                ctx.run_context.get_session_value("k"),
+            )
+        )
         return "ok"
 
     a, _ = agent("A", [calls(call("probe", None, "p1")), say("fine")], tools=[probe])
@@ -891,9 +997,14 @@ class Approvals(BaseApprovals[dict[str, Any]]):
     normally does this for it)."""
 
     def record(self, ctx: rk.ToolContext, item: str) -> dict[str, Any]:
-        return {"item": item, "call_id": ctx.tool_call_id,
-                "was_interrupted": ctx.was_interrupted, "state": ctx.interrupt_state,
-                "is_target": ctx.is_resume_target, "data": ctx.resume_data}
+        return {
+            "item": item,
+            "call_id": ctx.tool_call_id,
+            "was_interrupted": ctx.was_interrupted,
+            "state": ctx.interrupt_state,
+            "is_target": ctx.is_resume_target,
+            "data": ctx.resume_data,
+        }
 
     def items(self) -> list[tuple[str, bool]]:
         return [(c["item"], c["was_interrupted"]) for c in self.calls]
@@ -921,19 +1032,25 @@ async def test_tool_interrupt_yields_interrupt_with_tool_address() -> None:
     root cause's address ends with ``AddressSegment("tool", name, call_id)`` under the agent's
     composite context."""
     approvals = Approvals()
-    a, am = agent("A", [calls(call("approve", {"item": "refund"}, "call_9"), text="asking")],
-                  tools=[approvals.tool])
+    a, am = agent(
+        "A",
+        [calls(call("approve", {"item": "refund"}, "call_9"), text="asking")],
+        tools=[approvals.tool],
+    )
     store = rk.InMemoryCheckpointStore()
-    events = await collect(rk.Runner(a, checkpoint_store=store).query(
-        "go", checkpoint_id="cp1"))
+    events = await collect(rk.Runner(a, checkpoint_store=store).query("go", checkpoint_id="cp1"))
 
     summary = await summarize(events)
-    assert summary == [("A", ["A"], "assistant", "asking call:approve", None),
-                       ("A", ["A"], None, None, "interrupt")]
+    assert summary == [
+        ("A", ["A"], "assistant", "asking call:approve", None),
+        ("A", ["A"], None, None, "interrupt"),
+    ]
     info = interrupt_of(events)
     [ctx] = info.contexts
-    assert ctx.address == (rk.AddressSegment("agent", "A"),
-                           rk.AddressSegment("tool", "approve", "call_9"))
+    assert ctx.address == (
+        rk.AddressSegment("agent", "A"),
+        rk.AddressSegment("tool", "approve", "call_9"),
+    )
     assert tool_segment(ctx) == rk.AddressSegment(kind="tool", id="approve", sub_id="call_9")
     assert ctx.info == {"approve": "refund"}
     assert ctx.is_root_cause
@@ -950,8 +1067,7 @@ async def test_tool_interrupt_resume_with_new_runner_and_targets() -> None:
     the model then sees every result in call order."""
     store = rk.InMemoryCheckpointStore()
 
-    def build(script: list[Any]) -> tuple[rk.ChatModelAgent, rk.ScriptedModel, Approvals,
-                                          Counter]:
+    def build(script: list[Any]) -> tuple[rk.ChatModelAgent, rk.ScriptedModel, Approvals, Counter]:
         approvals, counter = Approvals(), Counter()
         a, am = agent("A", script, tools=[approvals.tool, counter.tool])
         return a, am, approvals, counter
@@ -965,18 +1081,32 @@ async def test_tool_interrupt_resume_with_new_runner_and_targets() -> None:
 
     # A fresh tree and model (another process): the model script continues after the batch.
     a2, am2, approvals2, counter2 = build([say("approved and done")])
-    second = await collect(rk.Runner(a2, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "yes"}))
+    second = await collect(
+        rk.Runner(a2, checkpoint_store=store).resume("cp", targets={ctx.id: "yes"})
+    )
     assert await summarize(second) == [
         ("A", ["A"], "tool", "x: yes", None),
         ("A", ["A"], "assistant", "approved and done", None),
     ]
-    assert approvals2.calls == [{"item": "x", "call_id": "c2", "was_interrupted": True,
-                                 "state": {"item": "x"}, "is_target": True, "data": "yes"}]
+    assert approvals2.calls == [
+        {
+            "item": "x",
+            "call_id": "c2",
+            "was_interrupted": True,
+            "state": {"item": "x"},
+            "is_target": True,
+            "data": "yes",
+        }
+    ]
     assert counter2.count == 0  # the finished call is not re-run
     [request] = am2.requests
-    assert contents(request) == [("system", "You are A."), ("user", "go"), ("assistant", ""),
-                                 ("tool", "value of k"), ("tool", "x: yes")]
+    assert contents(request) == [
+        ("system", "You are A."),
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool", "value of k"),
+        ("tool", "x: yes"),
+    ]
     assert [m.tool_call_id for m in request.messages[3:]] == ["c1", "c2"]
 
 
@@ -993,7 +1123,9 @@ async def test_resume_without_targets_resumes_every_interrupted_tool() -> None:
     assert (await summarize(second))[-1][3] == "all done"
     resumed = [c for c in approvals.calls if c["was_interrupted"]]
     assert sorted((c["item"], c["is_target"], c["data"]) for c in resumed) == [
-        ("a", True, None), ("b", True, None)]
+        ("a", True, None),
+        ("b", True, None),
+    ]
 
 
 async def test_two_interrupting_tools_are_answered_one_at_a_time_with_stable_ids() -> None:
@@ -1014,8 +1146,9 @@ async def test_two_interrupting_tools_are_answered_one_at_a_time_with_stable_ids
     # The two sync calls ran concurrently (worker threads): either may have been first.
     assert sorted(approvals.items()) == [("a", False), ("b", False)]
 
-    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={ctx_a.id: "ok-a"}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={ctx_a.id: "ok-a"})
+    )
     assert [s[3] for s in await summarize(second)] == ["a: ok-a", None]
     [pending] = interrupt_of(second).contexts
     assert pending.id == ctx_b.id
@@ -1025,17 +1158,26 @@ async def test_two_interrupting_tools_are_answered_one_at_a_time_with_stable_ids
     assert approvals.items()[2:] == [("a", True)]
     assert len(am.requests) == 1
 
-    third = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={ctx_b.id: "ok-b"}))
+    third = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={ctx_b.id: "ok-b"})
+    )
     assert await summarize(third) == [
         ("A", ["A"], "tool", "b: ok-b", None),
         ("A", ["A"], "assistant", "both approved", None),
     ]
-    assert approvals.calls[-1] == {"item": "b", "call_id": "c2", "was_interrupted": True,
-                                   "state": {"item": "b"}, "is_target": True, "data": "ok-b"}
+    assert approvals.calls[-1] == {
+        "item": "b",
+        "call_id": "c2",
+        "was_interrupted": True,
+        "state": {"item": "b"},
+        "is_target": True,
+        "data": "ok-b",
+    }
     assert len(approvals.calls) == 4
     assert [(m.tool_call_id, m.content) for m in am.requests[1].messages[-2:]] == [
-        ("c1", "a: ok-a"), ("c2", "b: ok-b")]
+        ("c1", "a: ok-a"),
+        ("c2", "b: ok-b"),
+    ]
 
 
 async def test_held_return_directly_event_is_emitted_after_resume() -> None:
@@ -1045,9 +1187,12 @@ async def test_held_return_directly_event_is_emitted_after_resume() -> None:
     approvals = Approvals()
 
     def build() -> tuple[rk.ChatModelAgent, rk.ScriptedModel]:
-        return agent("A", [calls(call("finish", {"answer": "42"}, "f"),
-                                 call("approve", {"item": "z"}, "a"))],
-                     tools=[finish, approvals.tool], return_directly=["finish"])
+        return agent(
+            "A",
+            [calls(call("finish", {"answer": "42"}, "f"), call("approve", {"item": "z"}, "a"))],
+            tools=[finish, approvals.tool],
+            return_directly=["finish"],
+        )
 
     a, _ = build()
     first = await collect(rk.Runner(a, checkpoint_store=store).query("go", checkpoint_id="cp"))
@@ -1061,13 +1206,18 @@ async def test_held_return_directly_event_is_emitted_after_resume() -> None:
 async def test_tool_interrupt_resume_in_streaming_mode() -> None:
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
-    a, _ = agent("A", [calls(call("approve", {"item": "s"}, "c1")), say("streamed end")],
-                 tools=[approvals.tool])
-    first = await collect(rk.Runner(a, checkpoint_store=store, streaming=True).query(
-        "go", checkpoint_id="cp"))
+    a, _ = agent(
+        "A",
+        [calls(call("approve", {"item": "s"}, "c1")), say("streamed end")],
+        tools=[approvals.tool],
+    )
+    first = await collect(
+        rk.Runner(a, checkpoint_store=store, streaming=True).query("go", checkpoint_id="cp")
+    )
     [ctx] = interrupt_of(first).contexts
-    second = await collect(rk.Runner(a, checkpoint_store=store, streaming=True).resume(
-        "cp", targets={ctx.id: "fine"}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store, streaming=True).resume("cp", targets={ctx.id: "fine"})
+    )
     assert [s[3] for s in await summarize(second)] == ["s: fine", "streamed end"]
     assert second[-1].output.is_streaming  # type: ignore[union-attr]
 
@@ -1078,16 +1228,22 @@ async def test_tool_interrupt_inside_a_tree_resumes_the_child_agent() -> None:
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
     a, am = agent("A", [calls(transfer_call("B"))])
-    b, bm = agent("B", [calls(call("approve", {"item": "q"}, "c1")), say("B finished")],
-                  tools=[approvals.tool])
+    b, bm = agent(
+        "B",
+        [calls(call("approve", {"item": "q"}, "c1")), say("B finished")],
+        tools=[approvals.tool],
+    )
     root = rk.set_sub_agents(a, [b])
-    first = await collect(rk.Runner(root, checkpoint_store=store).query(
-        "go", checkpoint_id="cp"))
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("go", checkpoint_id="cp"))
     [ctx] = interrupt_of(first).contexts
-    assert ctx.address == (rk.AddressSegment("agent", "A"), rk.AddressSegment("agent", "B"),
-                           rk.AddressSegment("tool", "approve", "c1"))
-    second = await collect(rk.Runner(root, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "y"}))
+    assert ctx.address == (
+        rk.AddressSegment("agent", "A"),
+        rk.AddressSegment("agent", "B"),
+        rk.AddressSegment("tool", "approve", "c1"),
+    )
+    second = await collect(
+        rk.Runner(root, checkpoint_store=store).resume("cp", targets={ctx.id: "y"})
+    )
     assert await summarize(second) == [
         ("B", ["A", "B"], "tool", "q: y", None),
         ("B", ["A", "B"], "assistant", "B finished", None),
@@ -1111,12 +1267,14 @@ async def test_targeted_tool_that_interrupts_again_keeps_its_id() -> None:
     a, _ = agent("A", [calls(call("ask", None, "c1")), say("end")], tools=[ask])
     first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     [c1] = interrupt_of(first).contexts
-    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={c1.id: "bad"}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={c1.id: "bad"})
+    )
     [c2] = interrupt_of(second).contexts
     assert c2.id == c1.id and c2.info == {"round": 2}
-    third = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={c2.id: "good"}))
+    third = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={c2.id: "good"})
+    )
     assert [s[3] for s in await summarize(third)] == ["accepted", "end"]
     assert seen == [(False, None, None), (True, 1, "bad"), (True, 2, "good")]
 
@@ -1125,13 +1283,21 @@ async def test_max_iterations_count_continues_across_resume() -> None:
     """The remaining iterations are part of the saved state: a resume does not reset them."""
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
-    a, am = agent("A", [calls(call("approve", {"item": "x"}, "c1")),
-                        calls(call("echo", {"text": "y"}, "c2")), say("never")],
-                  tools=[approvals.tool, echo], max_iterations=2)
+    a, am = agent(
+        "A",
+        [
+            calls(call("approve", {"item": "x"}, "c1")),
+            calls(call("echo", {"text": "y"}, "c2")),
+            say("never"),
+        ],
+        tools=[approvals.tool, echo],
+        max_iterations=2,
+    )
     first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     [ctx] = interrupt_of(first).contexts
-    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "ok"}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={ctx.id: "ok"})
+    )
     assert [s[2] for s in await summarize(second)] == ["tool", "assistant", "tool", "error"]
     assert isinstance(second[-1].error, MaxIterationsError)
     assert len(am.requests) == 2
@@ -1149,23 +1315,32 @@ async def test_long_running_tool_pauses_and_its_resume_data_is_the_result() -> N
         started.append(job)
         return {"ticket": 7}
 
-    a, am = agent("A", [calls(call("start_job", {"job": "build"}, "c1")), say("job finished")],
-                  tools=[start_job])
+    a, am = agent(
+        "A",
+        [calls(call("start_job", {"job": "build"}, "c1")), say("job finished")],
+        tools=[start_job],
+    )
     first = await collect(rk.Runner(a, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     [ctx] = interrupt_of(first).contexts
-    assert ctx.info == {"tool": "start_job", "tool_call_id": "c1",
-                        "arguments": {"job": "build"}, "started": {"ticket": 7}}
+    assert ctx.info == {
+        "tool": "start_job",
+        "tool_call_id": "c1",
+        "arguments": {"job": "build"},
+        "started": {"ticket": 7},
+    }
     assert ctx.address[-1] == rk.AddressSegment("tool", "start_job", "c1")
-    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: {"status": "ok"}}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={ctx.id: {"status": "ok"}})
+    )
     assert [s[3] for s in await summarize(second)] == ['{"status": "ok"}', "job finished"]
     assert started == ["build"]
     assert json.loads(am.requests[1].messages[-1].content) == {"status": "ok"}
 
 
 async def test_exit_tool_result_is_saved_under_output_key() -> None:
-    a, _ = agent("A", [calls(call("exit", {"final_result": "exit text"}))], exit_tool=True,
-                 output_key="out")
+    a, _ = agent(
+        "A", [calls(call("exit", {"final_result": "exit text"}))], exit_tool=True, output_key="out"
+    )
     events = await run(Host(a, "out"), "go")
     assert [s[3] for s in await summarize(events)] == ["call:exit", "exit text", "out=exit text"]
 

@@ -105,20 +105,30 @@ async def test_empty_and_repeated_call_ids_are_made_unique_and_each_call_gets_it
     assistant = events[0].output.message  # type: ignore[union-attr]
     assert assistant is not None
     assert [c.id for c in assistant.tool_calls] == expected_ids
-    tool_results = {ev.output.message.tool_call_id: ev.output.message.content  # type: ignore
-                    for ev in events[1:5]}
-    assert tool_results == {"call_0": "echo: t0", "call_1": "echo: t1", "x": "echo: t2",
-                            "x_3": "echo: t3"}
+    tool_results = {
+        ev.output.message.tool_call_id: ev.output.message.content  # type: ignore
+        for ev in events[1:5]
+    }
+    assert tool_results == {
+        "call_0": "echo: t0",
+        "call_1": "echo: t1",
+        "x": "echo: t2",
+        "x_3": "echo: t3",
+    }
     assert len(am.requests) == 2
     assert tool_pairs(am.requests[1]) == [
-        ("call_0", '{"text": "t0"}', "echo: t0"), ("call_1", '{"text": "t1"}', "echo: t1"),
-        ("x", '{"text": "t2"}', "echo: t2"), ("x_3", '{"text": "t3"}', "echo: t3")]
+        ("call_0", '{"text": "t0"}', "echo: t0"),
+        ("call_1", '{"text": "t1"}', "echo: t1"),
+        ("x", '{"text": "t2"}', "echo: t2"),
+        ("x_3", '{"text": "t3"}', "echo: t3"),
+    ]
     # The tool messages follow the call order (D24 does not reorder anything).
     assert [m.tool_call_id for m in am.requests[1].messages[-4:]] == expected_ids
     recorded_calls = [m for m in reader.messages if m.tool_calls]
     assert [c.id for c in recorded_calls[0].tool_calls] == expected_ids
     assert sorted(str(m.tool_call_id) for m in reader.messages if m.role == "tool") == sorted(
-        expected_ids)
+        expected_ids
+    )
 
 
 async def test_streamed_reply_keeps_provider_chunks_but_records_unique_call_ids() -> None:
@@ -143,12 +153,16 @@ async def test_streamed_reply_keeps_provider_chunks_but_records_unique_call_ids(
     stored = decode(encode(stream))
     assert [c.id for c in (await stored.collect()).tool_calls] == expected_ids
     assert tool_pairs(am.requests[1]) == [
-        ("call_0", '{"text": "t0"}', "echo: t0"), ("call_1", '{"text": "t1"}', "echo: t1"),
-        ("x", '{"text": "t2"}', "echo: t2"), ("x_3", '{"text": "t3"}', "echo: t3")]
+        ("call_0", '{"text": "t0"}', "echo: t0"),
+        ("call_1", '{"text": "t1"}', "echo: t1"),
+        ("x", '{"text": "t2"}', "echo: t2"),
+        ("x_3", '{"text": "t3"}', "echo: t3"),
+    ]
     recorded_calls = [m for m in reader.messages if m.tool_calls]
     assert [c.id for c in recorded_calls[0].tool_calls] == expected_ids
     assert sorted(str(m.tool_call_id) for m in reader.messages if m.role == "tool") == sorted(
-        expected_ids)
+        expected_ids
+    )
 
 
 async def test_caller_collecting_the_stream_first_sees_the_unique_ids_too() -> None:
@@ -189,7 +203,10 @@ async def test_rewritten_ids_do_not_modify_the_model_reply() -> None:
     events = await run(a, "go")
     assert [c.id for c in reply.tool_calls] == ["", "x", "x"]
     assert [c.id for c in events[0].output.message.tool_calls] == [  # type: ignore[union-attr]
-        "call_0", "x", "x_2"]
+        "call_0",
+        "x",
+        "x_2",
+    ]
 
 
 @rk.tool
@@ -200,12 +217,17 @@ def finish(answer: str) -> str:
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["generate", "stream"])
 async def test_return_directly_call_with_a_repeated_id_returns_its_own_result(
-        streaming: bool) -> None:
+    streaming: bool,
+) -> None:
     """D24 with return-directly: the return-directly call shares its id with an ordinary call;
     its own result (not the other call's) is the last event and the agent's output."""
-    a, am = agent("A", [calls(call("echo", {"text": "e"}, "same"),
-                              call("finish", {"answer": "42"}, "same"))],
-                  tools=[echo, finish], return_directly=["finish"], output_key="out")
+    a, am = agent(
+        "A",
+        [calls(call("echo", {"text": "e"}, "same"), call("finish", {"answer": "42"}, "same"))],
+        tools=[echo, finish],
+        return_directly=["finish"],
+        output_key="out",
+    )
     events = await run(a, "go", streaming=streaming)
     summary = await summarize(events)
     assert [s[3] for s in summary] == ["call:echo,finish", "echo: e", "FINAL: 42"]
@@ -217,8 +239,10 @@ async def test_return_directly_call_with_a_repeated_id_returns_its_own_result(
 async def test_exit_call_with_an_empty_id_still_exits() -> None:
     a, _ = agent("A", [calls(call("exit", {"final_result": "bye"}, ""))], exit_tool=True)
     events = await run(a, "go")
-    assert await summarize(events) == [("A", ["A"], "assistant", "call:exit", None),
-                                       ("A", ["A"], "tool", "bye", "exit")]
+    assert await summarize(events) == [
+        ("A", ["A"], "assistant", "call:exit", None),
+        ("A", ["A"], "tool", "bye", "exit"),
+    ]
     msg = events[1].output.message  # type: ignore[union-attr]
     assert msg is not None and msg.tool_call_id == "call_0"
 
@@ -241,22 +265,31 @@ async def test_interrupted_calls_with_a_repeated_id_resume_separately() -> None:
     leaves the other pending; both results reach the model paired with their calls."""
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
-    a, am = agent("A", [calls(call("approve", {"item": "a"}, "dup"),
-                              call("approve", {"item": "b"}, "dup")), say("both approved")],
-                  tools=[approvals.tool])
+    a, am = agent(
+        "A",
+        [
+            calls(call("approve", {"item": "a"}, "dup"), call("approve", {"item": "b"}, "dup")),
+            say("both approved"),
+        ],
+        tools=[approvals.tool],
+    )
     first = await collect(rk.Runner(a, checkpoint_store=store).query("go", checkpoint_id="cp"))
     contexts = interrupt_of(first).contexts
     assert [c.address[-1].sub_id for c in contexts] == ["dup", "dup_1"]
     by_item = {c.info["approve"]: c for c in contexts}
-    second = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={by_item["a"].id: "ok-a"}))
+    second = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={by_item["a"].id: "ok-a"})
+    )
     [pending] = interrupt_of(second).contexts
     assert pending.id == by_item["b"].id
-    third = await collect(rk.Runner(a, checkpoint_store=store).resume(
-        "cp", targets={pending.id: "ok-b"}))
+    third = await collect(
+        rk.Runner(a, checkpoint_store=store).resume("cp", targets={pending.id: "ok-b"})
+    )
     assert (await summarize(third))[-1][3] == "both approved"
     assert tool_pairs(am.requests[1]) == [
-        ("dup", '{"item": "a"}', "a: ok-a"), ("dup_1", '{"item": "b"}', "b: ok-b")]
+        ("dup", '{"item": "a"}', "a: ok-a"),
+        ("dup_1", '{"item": "b"}', "b: ok-b"),
+    ]
 
 
 # -- sync tools run in worker threads -------------------------------------------------------------
@@ -270,13 +303,20 @@ async def test_sync_tools_of_one_response_run_concurrently() -> None:
         barrier.wait()
         return f"{side} passed"
 
-    a, am = agent("A", [calls(call("meet", {"side": "left"}, "L"),
-                              call("meet", {"side": "right"}, "R")), say("both passed")],
-                  tools=[meet])
+    a, am = agent(
+        "A",
+        [
+            calls(call("meet", {"side": "left"}, "L"), call("meet", {"side": "right"}, "R")),
+            say("both passed"),
+        ],
+        tools=[meet],
+    )
     events = await run(a, "go")
     assert errors(events) == []
-    assert tool_pairs(am.requests[1]) == [("L", '{"side": "left"}', "left passed"),
-                                          ("R", '{"side": "right"}', "right passed")]
+    assert tool_pairs(am.requests[1]) == [
+        ("L", '{"side": "left"}', "left passed"),
+        ("R", '{"side": "right"}', "right passed"),
+    ]
     assert (await summarize(events))[-1][3] == "both passed"
 
 
@@ -297,8 +337,11 @@ async def test_a_blocking_sync_tool_does_not_block_the_event_loop() -> None:
         released.set()
         return "done releasing"
 
-    a, am = agent("A", [calls(call("blocks", None, "b"), call("release", None, "r")),
-                        say("ok")], tools=[blocks, release])
+    a, am = agent(
+        "A",
+        [calls(call("blocks", None, "b"), call("release", None, "r")), say("ok")],
+        tools=[blocks, release],
+    )
     events = await run(a, "go")
     assert errors(events) == []
     assert [p[2] for p in tool_pairs(am.requests[1])] == ["released", "done releasing"]
@@ -376,9 +419,15 @@ async def test_tool_results_are_converted_to_json_with_pydantic() -> None:
 
     @rk.tool
     def rich() -> Any:
-        return {"point": Point(1, 2), "reading": Reading(at=datetime.datetime(2024, 5, 1, 12),
-                                                         value=decimal.Decimal("1.50")),
-                "id": ident, "raw": b"hi", "tags": {"only"}, "pair": (1, "a"), "name": "Zoë"}
+        return {
+            "point": Point(1, 2),
+            "reading": Reading(at=datetime.datetime(2024, 5, 1, 12), value=decimal.Decimal("1.50")),
+            "id": ident,
+            "raw": b"hi",
+            "tags": {"only"},
+            "pair": (1, "a"),
+            "name": "Zoë",
+        }
 
     a, am = agent("A", [calls(call("rich")), say("done")], tools=[rich])
     events = await run(a, "go")
@@ -386,24 +435,34 @@ async def test_tool_results_are_converted_to_json_with_pydantic() -> None:
     content = am.requests[1].messages[-1].content
     assert "Zoë" in content  # not \u-escaped
     assert json.loads(content) == {
-        "point": {"x": 1, "y": 2}, "reading": {"at": "2024-05-01T12:00:00", "value": "1.50"},
-        "id": "12345678-1234-5678-1234-567812345678", "raw": "aGk=", "tags": ["only"],
-        "pair": [1, "a"], "name": "Zoë"}
+        "point": {"x": 1, "y": 2},
+        "reading": {"at": "2024-05-01T12:00:00", "value": "1.50"},
+        "id": "12345678-1234-5678-1234-567812345678",
+        "raw": "aGk=",
+        "tags": ["only"],
+        "pair": [1, "a"],
+        "name": "Zoë",
+    }
 
 
 class Opaque:
     """Something pydantic cannot convert."""
 
 
-@pytest.mark.parametrize(("value", "what"), [
-    ({"score": float("nan")}, "float NaN"),
-    ([1.0, float("inf")], "float infinity"),
-    (Point(1, float("-inf")), "float -infinity"),  # type: ignore[arg-type]
-    ({"thing": Opaque()}, "of type Opaque"),
-    (Opaque(), "of type Opaque"),
-], ids=["nan", "inf", "-inf-in-dataclass", "nested-object", "object"])
+@pytest.mark.parametrize(
+    ("value", "what"),
+    [
+        ({"score": float("nan")}, "float NaN"),
+        ([1.0, float("inf")], "float infinity"),
+        (Point(1, float("-inf")), "float -infinity"),  # type: ignore[arg-type]
+        ({"thing": Opaque()}, "of type Opaque"),
+        (Opaque(), "of type Opaque"),
+    ],
+    ids=["nan", "inf", "-inf-in-dataclass", "nested-object", "object"],
+)
 async def test_a_result_that_cannot_be_json_is_an_error_event_naming_tool_and_type(
-        value: Any, what: str) -> None:
+    value: Any, what: str
+) -> None:
     """A value that cannot be converted, or a non-finite float anywhere in it, fails the tool:
     an error event (D15/FA-13) naming the tool and the offending type; the model never receives
     invalid JSON (it is not called again)."""
@@ -419,7 +478,8 @@ async def test_a_result_that_cannot_be_json_is_an_error_event_naming_tool_and_ty
     error = events[-1].error
     assert isinstance(error, SerializationError)
     assert str(error).startswith(
-        "tool 'odd' returned a value that cannot be sent to the model as JSON: ")
+        "tool 'odd' returned a value that cannot be sent to the model as JSON: "
+    )
     assert str(error).endswith(what)
     assert len(am.requests) == 1
 
@@ -467,27 +527,36 @@ def helper_agent_tool() -> rk.AgentTool:
 @pytest.mark.parametrize("tool_name", ["echo", "custom", "helper", "exit"])
 @pytest.mark.parametrize("levels", [MAX_ARGUMENT_DEPTH + 1, 5000])
 async def test_deeply_nested_arguments_go_back_to_the_model_as_an_error(
-        tool_name: str, levels: int) -> None:
+    tool_name: str, levels: int
+) -> None:
     """D15/D23: arguments nested deeper than the limit (up to thousands of levels: past the
     interpreter's recursion limit) are answered with ``error: ...`` and the model is called
     again — for function, custom, agent and built-in tools alike; the tool is not called."""
     custom = RecordingTool()
-    a, am = agent("A", [calls(rk.ToolCall("d1", tool_name, nested(levels))), say("sorry")],
-                  tools=[echo, custom, helper_agent_tool()], exit_tool=True)
+    a, am = agent(
+        "A",
+        [calls(rk.ToolCall("d1", tool_name, nested(levels))), say("sorry")],
+        tools=[echo, custom, helper_agent_tool()],
+        exit_tool=True,
+    )
     events = await run(a, "go")
     assert errors(events) == []
     assert [s[2] for s in await summarize(events)] == ["assistant", "tool", "assistant"]
     sent = am.requests[1].messages[-1]
     assert (sent.role, sent.tool_call_id) == ("tool", "d1")
-    assert sent.content == (f"error: arguments of tool '{tool_name}' are nested deeper than "
-                            f"{MAX_ARGUMENT_DEPTH} levels")
+    assert sent.content == (
+        f"error: arguments of tool '{tool_name}' are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    )
     assert custom.received == []
 
 
 async def test_arguments_nested_exactly_to_the_limit_reach_the_tool() -> None:
     custom = RecordingTool()
-    a, am = agent("A", [calls(rk.ToolCall("d1", "custom", nested(MAX_ARGUMENT_DEPTH))),
-                        say("ok")], tools=[custom])
+    a, am = agent(
+        "A",
+        [calls(rk.ToolCall("d1", "custom", nested(MAX_ARGUMENT_DEPTH))), say("ok")],
+        tools=[custom],
+    )
     events = await run(a, "go")
     assert errors(events) == []
     assert am.requests[1].messages[-1].content == "custom ran"
@@ -500,8 +569,9 @@ async def test_many_flat_brackets_are_not_mistaken_for_nesting() -> None:
     text = "[" * 200 + "{" * 200
     args = {"text": text, "rows": [[1], [2]] * 100}
     custom = RecordingTool()
-    a, _ = agent("A", [calls(rk.ToolCall("f1", "custom", json.dumps(args))), say("ok")],
-                 tools=[custom])
+    a, _ = agent(
+        "A", [calls(rk.ToolCall("f1", "custom", json.dumps(args))), say("ok")], tools=[custom]
+    )
     events = await run(a, "go")
     assert errors(events) == []
     assert custom.received == [args]
@@ -528,8 +598,11 @@ async def raise_custom() -> None:
     raise Custom("odd ending")
 
 
-ENDINGS = {"CancelledError": cancelled_elsewhere, "GeneratorExit": raise_generator_exit,
-           "Custom": raise_custom}
+ENDINGS = {
+    "CancelledError": cancelled_elsewhere,
+    "GeneratorExit": raise_generator_exit,
+    "Custom": raise_custom,
+}
 
 
 class Sibling:
@@ -556,8 +629,7 @@ class Sibling:
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
-async def test_a_tool_ending_with_a_base_exception_is_an_error_event_naming_it(
-        ending: str) -> None:
+async def test_a_tool_ending_with_a_base_exception_is_an_error_event_naming_it(ending: str) -> None:
     """D24/D9: the error event names the tool; nothing hangs or escapes the run; the model is
     not called again."""
 
@@ -590,8 +662,11 @@ async def test_a_base_exception_in_a_batch_cancels_and_awaits_the_siblings(endin
         await ENDINGS[ending]()
         return "never"
 
-    a, am = agent("A", [calls(call("patient", None, "p"), call("fragile", None, "f")),
-                        say("never")], tools=[fragile, sibling.tool])
+    a, am = agent(
+        "A",
+        [calls(call("patient", None, "p"), call("fragile", None, "f")), say("never")],
+        tools=[fragile, sibling.tool],
+    )
     events = await asyncio.wait_for(run(a, "go"), timeout=10)
     assert [s[2] for s in await summarize(events)] == ["assistant", "error"]
     assert str(events[-1].error).startswith(f"tool 'fragile' ended with {ending}")
@@ -603,7 +678,8 @@ async def test_a_base_exception_in_a_batch_cancels_and_awaits_the_siblings(endin
 @pytest.mark.parametrize("ending", [GeneratorExit, asyncio.CancelledError, Custom])
 @pytest.mark.parametrize("n_calls", [1, 2])
 async def test_a_sync_tool_ending_with_a_base_exception_is_an_error_event(
-        ending: type[BaseException], n_calls: int) -> None:
+    ending: type[BaseException], n_calls: int
+) -> None:
     """The same for a sync tool, whose ending crosses from its worker thread."""
 
     @rk.tool
@@ -612,8 +688,11 @@ async def test_a_sync_tool_ending_with_a_base_exception_is_an_error_event(
             raise ending
         return "fine"
 
-    a, am = agent("A", [calls(*(call("ends", {"n": n}, f"e{n}") for n in range(n_calls))),
-                        say("never")], tools=[ends])
+    a, am = agent(
+        "A",
+        [calls(*(call("ends", {"n": n}, f"e{n}") for n in range(n_calls))), say("never")],
+        tools=[ends],
+    )
     events = await asyncio.wait_for(run(a, "go"), timeout=10)
     assert str(events[-1].error) == f"tool 'ends' ended with {ending.__name__}"
     assert len(am.requests) == 1
@@ -629,9 +708,11 @@ async def test_a_tool_that_cancels_its_own_task_in_a_batch_is_an_error_event() -
         await asyncio.sleep(0)
         return "never"
 
-    a, am = agent("A", [calls(call("echo", {"text": "x"}, "e"),
-                              call("self_cancelling", None, "s")), say("never")],
-                  tools=[echo, self_cancelling])
+    a, am = agent(
+        "A",
+        [calls(call("echo", {"text": "x"}, "e"), call("self_cancelling", None, "s")), say("never")],
+        tools=[echo, self_cancelling],
+    )
     events = await asyncio.wait_for(run(a, "go"), timeout=10)
     assert events[-1].error is not None
     assert "tool 'self_cancelling'" in str(events[-1].error)
@@ -649,8 +730,11 @@ async def test_an_exception_in_a_batch_keeps_its_type_and_notes_the_tool() -> No
         await sibling.started.wait()
         raise ValueError("bad state")
 
-    a, _ = agent("A", [calls(call("patient", None, "p"), call("broken", None, "b")),
-                       say("never")], tools=[broken, sibling.tool])
+    a, _ = agent(
+        "A",
+        [calls(call("patient", None, "p"), call("broken", None, "b")), say("never")],
+        tools=[broken, sibling.tool],
+    )
     events = await run(a, "go")
     error = events[-1].error
     assert isinstance(error, ValueError) and str(error) == "bad state"
@@ -661,7 +745,8 @@ async def test_an_exception_in_a_batch_keeps_its_type_and_notes_the_tool() -> No
 
 @pytest.mark.parametrize("n_calls", [1, 2])
 async def test_cancelling_the_run_from_outside_propagates_and_cancels_the_tools(
-        n_calls: int) -> None:
+    n_calls: int,
+) -> None:
     """A cancellation from outside is not an error event: it propagates; every tool task of
     the batch is cancelled and awaited."""
     started = 0
@@ -681,8 +766,11 @@ async def test_cancelling_the_run_from_outside_propagates_and_cancels_the_tools(
             raise
         return "never"
 
-    a, _ = agent("A", [calls(*(call("wait_forever", {"n": n}, f"w{n}")
-                               for n in range(n_calls)))], tools=[wait_forever])
+    a, _ = agent(
+        "A",
+        [calls(*(call("wait_forever", {"n": n}, f"w{n}") for n in range(n_calls)))],
+        tools=[wait_forever],
+    )
     task = asyncio.ensure_future(run(a, "go"))
     await asyncio.wait_for(all_started.wait(), timeout=5)
     task.cancel()
@@ -692,8 +780,17 @@ async def test_cancelling_the_run_from_outside_propagates_and_cancels_the_tools(
     assert no_other_tasks()
 
 
-@pytest.mark.parametrize("shape", ["nothing pending", "unknown pending", "unknown result",
-                                   "call without outcome", "repeated ids", "bad return"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        "nothing pending",
+        "unknown pending",
+        "unknown result",
+        "call without outcome",
+        "repeated ids",
+        "bad return",
+    ],
+)
 def test_resume_with_an_inconsistent_state_is_refused(shape: str) -> None:
     """A stored state whose calls, results and pending calls do not match (a corrupt or
     hand-edited checkpoint) is a ConfigurationError before anything runs, not a KeyError
@@ -708,8 +805,9 @@ def test_resume_with_an_inconsistent_state_is_refused(shape: str) -> None:
         "unknown result": ChatModelAgentState([], [a], {"x": done}, {"a": PendingToolCall()}),
         "call without outcome": ChatModelAgentState([], [a, b], {}, {"a": PendingToolCall()}),
         "repeated ids": ChatModelAgentState([], [a, a], {}, {"a": PendingToolCall()}),
-        "bad return": ChatModelAgentState([], [a], {}, {"a": PendingToolCall()},
-                                          return_directly_call="zz"),
+        "bad return": ChatModelAgentState(
+            [], [a], {}, {"a": PendingToolCall()}, return_directly_call="zz"
+        ),
     }
     agent = rk.ChatModelAgent("A", "a", "i", rk.ScriptedModel([]))
     info = rk.ResumeInfo(False, None, True, states[shape], True, None)
@@ -720,6 +818,7 @@ def test_resume_with_an_inconsistent_state_is_refused(shape: str) -> None:
 def test_tools_assigned_after_construction_are_checked_too() -> None:
     """The reserved-name and duplicate checks also apply when ``tools`` is assigned later,
     and the tools are a tuple (an ``append`` cannot slip past the checks)."""
+
     @rk.tool(name="exit")
     def fake_exit() -> str:
         """Looks like the built-in."""

@@ -52,8 +52,7 @@ def own_transfer(dest: str) -> list[tuple[str, str]]:
 
 
 def interrupt_events(events: list[rk.AgentEvent]) -> list[rk.AgentEvent]:
-    return [ev for ev in events
-            if ev.action is not None and ev.action.interrupted is not None]
+    return [ev for ev in events if ev.action is not None and ev.action.interrupted is not None]
 
 
 def root_cause(ev: rk.AgentEvent) -> rk.InterruptContext:
@@ -70,8 +69,9 @@ def addr(*agents: str) -> tuple[rk.AddressSegment, ...]:
 def stateful_then(text: str, info: Any, state: Any = None):
     """Script: say ``text`` then interrupt (with ``state``)."""
 
-    async def script(agent: ScriptedAgent, ctx: rk.RunContext,
-                     input: rk.AgentInput) -> AsyncIterator[rk.AgentEvent]:
+    async def script(
+        agent: ScriptedAgent, ctx: rk.RunContext, input: rk.AgentInput
+    ) -> AsyncIterator[rk.AgentEvent]:
         yield say(text)
         yield rk.stateful_interrupt(ctx, info, state)
 
@@ -81,8 +81,9 @@ def stateful_then(text: str, info: Any, state: Any = None):
 def transfers_to(text: str, *dests: str):
     """Script: say ``text`` then transfer (LLM-style pairs) to each of ``dests``."""
 
-    async def script(agent: ScriptedAgent, ctx: rk.RunContext,
-                     input: rk.AgentInput) -> AsyncIterator[rk.AgentEvent]:
+    async def script(
+        agent: ScriptedAgent, ctx: rk.RunContext, input: rk.AgentInput
+    ) -> AsyncIterator[rk.AgentEvent]:
         yield say(text)
         for dest in dests:
             for ev in transfer_pair(dest):
@@ -92,8 +93,9 @@ def transfers_to(text: str, *dests: str):
 
 
 def resume_says(*items: str):
-    async def on_resume(agent: ResumableScriptedAgent, ctx: rk.RunContext,
-                        info: rk.ResumeInfo) -> AsyncIterator[rk.AgentEvent]:
+    async def on_resume(
+        agent: ResumableScriptedAgent, ctx: rk.RunContext, info: rk.ResumeInfo
+    ) -> AsyncIterator[rk.AgentEvent]:
         for item in items:
             yield say(item)
 
@@ -123,16 +125,18 @@ class Outer(ResumableScriptedAgent):
         super().__init__(name)
         self.wrapped = wrapper
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.inputs.append(list(input.messages))
         self.run_paths.append(names(ctx.run_path))
         async with aclosing(self.wrapped.run(ctx, input)) as events:
             async for ev in events:
                 yield ev
 
-    async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                     **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.resume_infos.append(info)
         async with aclosing(self.wrapped.resume(ctx, info)) as events:  # type: ignore[attr-defined]
             async for ev in events:
@@ -142,6 +146,7 @@ class Outer(ResumableScriptedAgent):
 # --------------------------------------------------------------------------------------------
 # DT-01 — plain agent: events forwarded unchanged and in order, then one pair per target
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt01_plain_agent_events_forwarded_then_pair_per_target_in_order() -> None:
     """DT-01: the wrapped agent's events come first, unchanged and in order; then, for each
@@ -174,17 +179,27 @@ async def test_dt01_wrapper_under_runner_transfers_to_target_with_exact_pair() -
     events = await collect(rk.Runner(root).query("hello"))
 
     assert describe_all(events) == [
-        "A say a1", "A say a2", "A call -> B", "A transfer -> B", "B say b1"]
+        "A say a1",
+        "A say a2",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b1",
+    ]
     assert paths(events) == [("A",), ("A",), ("A",), ("A",), ("A", "B")]
     h.assert_transfer_pair(events[2], events[3], "B")
     assert a.inputs == [[rk.Message.user("hello")]]
     assert h.contents(b.inputs[0]) == [
-        user("hello"), said("A", "a1"), said("A", "a2"), *h.rewritten_transfer("A", "B")]
+        user("hello"),
+        said("A", "a1"),
+        said("A", "a2"),
+        *h.rewritten_transfer("A", "B"),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # DT-02 — exit as last event: no transfer
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt02_exit_last_event_appends_no_transfer() -> None:
     """DT-02: a plain agent ending with an exit gets no transfer events (direct call)."""
@@ -207,8 +222,7 @@ async def test_dt02_exit_under_runner_target_does_not_run() -> None:
         yield rk.AgentEvent.exit()
 
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]),
-                             [b])
+    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]), [b])
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == ["A say bye", "A exit"]
@@ -224,16 +238,23 @@ async def test_dt02_exit_inside_wrapped_flow_agent_skips_transfer_to_parent() ->
         yield rk.AgentEvent.exit()
 
     sup = ScriptedAgent("sup", transfers_to("route", "team"))
-    team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("plan", "leaf")),
-                             [ScriptedAgent("leaf", leaf_script)])
+    team = rk.set_sub_agents(
+        ScriptedAgent("team", transfers_to("plan", "leaf")), [ScriptedAgent("leaf", leaf_script)]
+    )
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
 
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == [
-        "sup say route", "sup call -> team", "sup transfer -> team",
-        "team say plan", "team call -> leaf", "team transfer -> leaf",
-        "leaf say leaf out", "leaf exit"]
+        "sup say route",
+        "sup call -> team",
+        "sup transfer -> team",
+        "team say plan",
+        "team call -> leaf",
+        "team transfer -> leaf",
+        "leaf say leaf out",
+        "leaf exit",
+    ]
     assert len(sup.inputs) == 1
 
 
@@ -241,9 +262,13 @@ async def test_dt02_exit_inside_wrapped_flow_agent_skips_transfer_to_parent() ->
 # DT-03 — interrupt as last event: no transfer; after resume the transfer follows
 # --------------------------------------------------------------------------------------------
 
+
 def _dt03_tree() -> tuple[rk.Agent, ResumableScriptedAgent, ScriptedAgent]:
-    a = ResumableScriptedAgent("A", stateful_then("working", {"q": "approve?"}, {"step": 1}),
-                               resume_says("approved, finishing"))
+    a = ResumableScriptedAgent(
+        "A",
+        stateful_then("working", {"q": "approve?"}, {"step": 1}),
+        resume_says("approved, finishing"),
+    )
     b = ScriptedAgent("B", texts("b done"))
     return rk.set_sub_agents(rk.with_deterministic_transfer(a, ["B"]), [b]), a, b
 
@@ -267,7 +292,11 @@ async def test_dt03_interrupt_skips_transfer_and_resume_appends_it() -> None:
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("c1"))
 
     assert describe_all(second) == [
-        "A say approved, finishing", "A call -> B", "A transfer -> B", "B say b done"]
+        "A say approved, finishing",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b done",
+    ]
     h.assert_transfer_pair(second[1], second[2], "B")
     assert paths(second) == [("A",)] * 3 + [("A", "B")]
     assert a2.inputs == [] and len(a2.resume_infos) == 1
@@ -275,8 +304,11 @@ async def test_dt03_interrupt_skips_transfer_and_resume_appends_it() -> None:
     assert info.was_interrupted and info.is_resume_target
     assert info.interrupt_state == {"step": 1}
     assert h.contents(b2.inputs[0]) == [
-        user("hi"), said("A", "working"), said("A", "approved, finishing"),
-        *h.rewritten_transfer("A", "B")]
+        user("hi"),
+        said("A", "working"),
+        said("A", "approved, finishing"),
+        *h.rewritten_transfer("A", "B"),
+    ]
 
 
 async def test_dt03_public_only_interrupt_skips_transfer() -> None:
@@ -297,6 +329,7 @@ async def test_dt03_public_only_interrupt_skips_transfer() -> None:
 # DT-04 — error as last event suppresses the transfer (D1)
 # --------------------------------------------------------------------------------------------
 
+
 async def test_dt04_error_event_last_suppresses_transfer() -> None:
     """DT-04 / D1: an error event as the last event: no transfer events, the error surfaces and
     the target does not run (Eino would still transfer; we follow the seed)."""
@@ -306,8 +339,7 @@ async def test_dt04_error_event_last_suppresses_transfer() -> None:
         yield rk.AgentEvent(error=RuntimeError("tool exploded"))
 
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]),
-                             [b])
+    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]), [b])
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == ["A say trying", "A error"]
@@ -326,13 +358,14 @@ async def test_dt04_stream_ending_in_error_counts_as_error() -> None:
         yield rk.AgentEvent.from_message(rk.MessageStream(chunks()))
 
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]),
-                             [b])
+    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]), [b])
     events = await collect(rk.Runner(root, streaming=True).query("hi"))
 
     assert [h.transfer_dest(ev) for ev in events] == [None] * len(events)
-    assert not any(ev.output is not None and ev.output.message is not None
-                   and ev.output.message.tool_calls for ev in events)
+    assert not any(
+        ev.output is not None and ev.output.message is not None and ev.output.message.tool_calls
+        for ev in events
+    )
     assert b.inputs == []
     stream = events[0].output.stream
     assert stream is not None
@@ -349,8 +382,9 @@ async def test_dt04_error_inside_wrapped_flow_agent_suppresses_transfer() -> Non
         raise RuntimeError("leaf failed")
 
     sup = ScriptedAgent("sup", transfers_to("route", "team"))
-    team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("plan", "leaf")),
-                             [ScriptedAgent("leaf", leaf_script)])
+    team = rk.set_sub_agents(
+        ScriptedAgent("team", transfers_to("plan", "leaf")), [ScriptedAgent("leaf", leaf_script)]
+    )
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
 
     events = await collect(rk.Runner(root).query("hi"))
@@ -378,7 +412,11 @@ async def test_dt04_stream_error_inside_wrapped_flow_agent_suppresses_transfer()
     events = await collect(rk.Runner(root, streaming=True).query("hi"))
 
     assert describe_all(events) == [
-        "sup say route", "sup call -> team", "sup transfer -> team", "team stream"]
+        "sup say route",
+        "sup call -> team",
+        "sup transfer -> team",
+        "team stream",
+    ]
     assert len(sup.inputs) == 1
 
 
@@ -400,9 +438,9 @@ async def test_dt04_agent_that_yields_nothing_finished_normally() -> None:
 # DT-05 — an exception inside the wrapped agent becomes an error event
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("after_first_event", [False, True])
-async def test_dt05_exception_in_wrapped_agent_becomes_error_event(
-        after_first_event: bool) -> None:
+async def test_dt05_exception_in_wrapped_agent_becomes_error_event(after_first_event: bool) -> None:
     """DT-05: an exception raised inside the wrapped agent becomes an error event naming the
     agent; no transfer follows and the stream ends cleanly."""
 
@@ -413,8 +451,7 @@ async def test_dt05_exception_in_wrapped_agent_becomes_error_event(
         yield  # pragma: no cover
 
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]),
-                             [b])
+    root = rk.set_sub_agents(rk.with_deterministic_transfer(ScriptedAgent("A", script), ["B"]), [b])
     events = await collect(rk.Runner(root).query("hi"))
 
     expected = (["A say partial"] if after_first_event else []) + ["A error"]
@@ -454,7 +491,11 @@ async def test_dt05_exception_inside_wrapped_flow_agent_becomes_error_event() ->
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == [
-        "sup say route", "sup call -> team", "sup transfer -> team", "team error"]
+        "sup say route",
+        "sup call -> team",
+        "sup transfer -> team",
+        "team error",
+    ]
     assert names(events[-1].run_path) == ("sup", "team")
     assert "team crashed" in h.error_text(events[-1])
     assert len(sup.inputs) == 1
@@ -463,6 +504,7 @@ async def test_dt05_exception_inside_wrapped_flow_agent_becomes_error_event() ->
 # --------------------------------------------------------------------------------------------
 # DT-06 — empty target list
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt06_empty_target_list_appends_nothing() -> None:
     """DT-06: with no targets the wrapper forwards the agent's events and appends nothing."""
@@ -474,19 +516,25 @@ async def test_dt06_empty_target_list_appends_nothing() -> None:
 
 async def test_dt06_empty_target_list_around_flow_agent_appends_nothing() -> None:
     """DT-06: the same around a flow agent (eino TestDeterministicTransferRunPathPreserved)."""
-    inner = rk.set_sub_agents(ScriptedAgent("inner", transfers_to("i1", "child")),
-                              [ScriptedAgent("child", texts("c1"))])
+    inner = rk.set_sub_agents(
+        ScriptedAgent("inner", transfers_to("i1", "child")), [ScriptedAgent("child", texts("c1"))]
+    )
     outer = Outer("outer", rk.with_deterministic_transfer(inner, []))
 
     events = await collect(rk.Runner(outer).query("hi"))
 
     assert describe_all(events) == [
-        "inner say i1", "inner call -> child", "inner transfer -> child", "child say c1"]
+        "inner say i1",
+        "inner call -> child",
+        "inner transfer -> child",
+        "child say c1",
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # DT-07 / DT-08 — resumability follows the wrapped agent
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt07_non_resumable_agent_gives_non_resumable_wrapper() -> None:
     """DT-07: wrapping a non-resumable agent gives a non-resumable wrapper; name and description
@@ -513,10 +561,10 @@ async def test_dt07_interrupt_in_non_resumable_wrapper_cannot_be_resumed() -> No
 
     def build() -> rk.Agent:
         return rk.with_deterministic_transfer(
-            ScriptedAgent("A", stateful_then("x", "why", None)), ["B"])
+            ScriptedAgent("A", stateful_then("x", "why", None)), ["B"]
+        )
 
-    first = await collect(rk.Runner(build(), checkpoint_store=store).query("hi",
-                                                                           checkpoint_id="c"))
+    first = await collect(rk.Runner(build(), checkpoint_store=store).query("hi", checkpoint_id="c"))
     assert describe_all(first) == ["A say x", "A interrupt"]
 
     second = await collect(rk.Runner(build(), checkpoint_store=store).resume("c"))
@@ -528,24 +576,33 @@ async def test_dt08_resumable_agent_gives_resumable_wrapper_whose_resume_transfe
     """DT-08: wrapping a resumable agent gives a resumable wrapper; its resume calls the inner
     resume with the same info and then appends the transfers
     (eino TestDeterministicTransferNonFlowAgent_Resume)."""
-    inner = ResumableScriptedAgent("res", texts("r1"), resume_says("after resume"),
-                                   description="resumes")
+    inner = ResumableScriptedAgent(
+        "res", texts("r1"), resume_says("after resume"), description="resumes"
+    )
     wrapper = rk.with_deterministic_transfer(inner, ["next_agent"])
 
     assert isinstance(wrapper, rk.ResumableAgent)
     assert wrapper.name == "res" and wrapper.description == "resumes"
 
-    info = rk.ResumeInfo(was_interrupted=True, interrupt_state={"k": 1}, is_resume_target=True,
-                         resume_data="yes")
+    info = rk.ResumeInfo(
+        was_interrupted=True, interrupt_state={"k": 1}, is_resume_target=True, resume_data="yes"
+    )
     events = await collect(wrapper.resume(rk.RunContext.new(), info))
 
     assert describe_all(events) == [
-        " say after resume", " call -> next_agent", " transfer -> next_agent"]
+        " say after resume",
+        " call -> next_agent",
+        " transfer -> next_agent",
+    ]
     h.assert_transfer_pair(events[1], events[2], "next_agent")
     assert len(inner.resume_infos) == 1
     got = inner.resume_infos[0]
     assert (got.was_interrupted, got.interrupt_state, got.is_resume_target, got.resume_data) == (
-        True, {"k": 1}, True, "yes")
+        True,
+        {"k": 1},
+        True,
+        "yes",
+    )
 
 
 def test_dt08_wrapper_around_flow_agent_is_resumable() -> None:
@@ -560,6 +617,7 @@ def test_dt08_wrapper_around_flow_agent_is_resumable() -> None:
 # DT-09 — isolated run history around a flow agent; dual recording exactly once
 # --------------------------------------------------------------------------------------------
 
+
 async def test_dt09_wrapped_flow_agent_sees_root_input_and_own_history_only() -> None:
     """DT-09: the wrapped flow agent's agents see the root input plus their own (isolated)
     history, never the parent's events; its events are copied to the parent's history exactly
@@ -573,20 +631,34 @@ async def test_dt09_wrapped_flow_agent_sees_root_input_and_own_history_only() ->
     events = await collect(rk.Runner(root).query("hello"))
 
     assert describe_all(events) == [
-        "sup say sup routes", "sup call -> team", "sup transfer -> team",
-        "team say team plan", "team call -> leaf", "team transfer -> leaf",
+        "sup say sup routes",
+        "sup call -> team",
+        "sup transfer -> team",
+        "team say team plan",
+        "team call -> leaf",
+        "team transfer -> leaf",
         "leaf say leaf result",
-        "team call -> sup", "team transfer -> sup",
-        "sup say sup final"]
+        "team call -> sup",
+        "team transfer -> sup",
+        "sup say sup final",
+    ]
     # Isolation: the inner agents never see the supervisor's messages.
     assert h.contents(team_agent.inputs[0]) == [user("hello")]
     assert h.contents(leaf.inputs[0]) == [
-        user("hello"), said("team", "team plan"), *h.rewritten_transfer("team", "leaf")]
+        user("hello"),
+        said("team", "team plan"),
+        *h.rewritten_transfer("team", "leaf"),
+    ]
     # Dual recording, exactly once: the supervisor reads every inner event once.
     assert h.contents(sup.inputs[1]) == [
-        user("hello"), ("assistant", "sup routes"), *own_transfer("team"),
-        said("team", "team plan"), *h.rewritten_transfer("team", "leaf"),
-        said("leaf", "leaf result"), *h.rewritten_transfer("team", "sup")]
+        user("hello"),
+        ("assistant", "sup routes"),
+        *own_transfer("team"),
+        said("team", "team plan"),
+        *h.rewritten_transfer("team", "leaf"),
+        said("leaf", "leaf result"),
+        *h.rewritten_transfer("team", "sup"),
+    ]
 
 
 async def test_dt09_wrapped_flow_agent_keeps_its_own_event_list_across_its_children() -> None:
@@ -595,16 +667,22 @@ async def test_dt09_wrapped_flow_agent_keeps_its_own_event_list_across_its_child
     sup = ScriptedAgent("sup", transfers_to("outer secret", "team"))
     first = ScriptedAgent("first", transfers_to("first says", "second"))
     second = ScriptedAgent("second", texts("second says"))
-    team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("team says", "first")),
-                             [rk.set_sub_agents(first, [second])])
+    team = rk.set_sub_agents(
+        ScriptedAgent("team", transfers_to("team says", "first")),
+        [rk.set_sub_agents(first, [second])],
+    )
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, [])])
 
     await collect(rk.Runner(root).query("hello"))
 
     seen = h.contents(second.inputs[0])
     assert seen == [
-        user("hello"), said("team", "team says"), *h.rewritten_transfer("team", "first"),
-        said("first", "first says"), *h.rewritten_transfer("first", "second")]
+        user("hello"),
+        said("team", "team says"),
+        *h.rewritten_transfer("team", "first"),
+        said("first", "first says"),
+        *h.rewritten_transfer("first", "second"),
+    ]
     assert not any("outer secret" in content for _, content in seen)
 
 
@@ -612,17 +690,23 @@ async def test_dt09_wrapped_flow_agent_keeps_its_own_event_list_across_its_child
 # DT-10 — interrupt inside a wrapped flow agent: composite interrupt, checkpoint, resume
 # --------------------------------------------------------------------------------------------
 
+
 def _dt10_eino_tree() -> tuple[Outer, ResumableScriptedAgent, ScriptedAgent]:
     """eino TestDeterministicTransferFlowAgentInterruptResume: ``outer`` runs the wrapper around
     the flow agent ``inner`` (which, here, has a child ``after`` to observe its history)."""
+
     async def before_then_interrupt(agent, ctx, input):
         assert input.enable_streaming  # the Runner streams: the saved stream is materialised
-        yield rk.AgentEvent.from_message(rk.MessageStream.from_list(
-            [rk.Message.assistant("before "), rk.Message.assistant("interrupt")]))
+        yield rk.AgentEvent.from_message(
+            rk.MessageStream.from_list(
+                [rk.Message.assistant("before "), rk.Message.assistant("interrupt")]
+            )
+        )
         yield rk.interrupt(ctx, "interrupt_data")
 
-    inner = ResumableScriptedAgent("inner", before_then_interrupt,
-                                   transfers_to("after resume", "after"))
+    inner = ResumableScriptedAgent(
+        "inner", before_then_interrupt, transfers_to("after resume", "after")
+    )
     after = ScriptedAgent("after", texts("after done"))
     wrapper = rk.with_deterministic_transfer(rk.set_sub_agents(inner, [after]), ["next_agent"])
     return Outer("outer", wrapper), inner, after
@@ -636,8 +720,9 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
     store = rk.InMemoryCheckpointStore()
     outer, inner, _ = _dt10_eino_tree()
 
-    first = await collect(rk.Runner(outer, checkpoint_store=store, streaming=True)
-                          .query("test", checkpoint_id="cp1"))
+    first = await collect(
+        rk.Runner(outer, checkpoint_store=store, streaming=True).query("test", checkpoint_id="cp1")
+    )
 
     assert describe_all(first) == ["inner stream", "outer interrupt"]
     assert paths(first) == [("outer", "inner"), ("outer",)]
@@ -653,19 +738,28 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
     assert len(inner.inputs) == 1 and inner.resume_infos == []
 
     outer2, inner2, after2 = _dt10_eino_tree()
-    second = await collect(rk.Runner(outer2, checkpoint_store=store, streaming=True)
-                           .resume("cp1", targets={cause.id: None}))
+    second = await collect(
+        rk.Runner(outer2, checkpoint_store=store, streaming=True).resume(
+            "cp1", targets={cause.id: None}
+        )
+    )
 
     assert describe_all(second) == [
-        "inner say after resume", "inner call -> after", "inner transfer -> after",
+        "inner say after resume",
+        "inner call -> after",
+        "inner transfer -> after",
         "after say after done",
-        "outer call -> next_agent", "outer transfer -> next_agent",
-        "outer error"]
-    assert paths(second) == [("outer", "inner")] * 3 + [("outer", "inner", "after")] + [
-        ("outer",)] * 3
+        "outer call -> next_agent",
+        "outer transfer -> next_agent",
+        "outer error",
+    ]
+    assert (
+        paths(second) == [("outer", "inner")] * 3 + [("outer", "inner", "after")] + [("outer",)] * 3
+    )
     h.assert_transfer_pair(second[4], second[5], "next_agent")
     assert h.error_text(second[-1]) == (
-        "transfer failed: agent 'next_agent' not found when transferring from 'outer'")
+        "transfer failed: agent 'next_agent' not found when transferring from 'outer'"
+    )
     # The wrapper (composite) and the inner agent were both resumed.
     assert len(outer2.resume_infos) == 1
     assert outer2.resume_infos[0].was_interrupted and outer2.resume_infos[0].is_resume_target
@@ -673,8 +767,11 @@ async def test_dt10_interrupt_in_wrapped_flow_becomes_composite_and_resumes() ->
     assert inner2.resume_infos[0].was_interrupted and inner2.resume_infos[0].is_resume_target
     # The restored isolated events are what the inner tree sees.
     assert h.contents(after2.inputs[0]) == [
-        user("test"), said("inner", "before interrupt"), said("inner", "after resume"),
-        *h.rewritten_transfer("inner", "after")]
+        user("test"),
+        said("inner", "before interrupt"),
+        said("inner", "after resume"),
+        *h.rewritten_transfer("inner", "after"),
+    ]
 
 
 def _supervised_leaf_tree(leaf_resume=None):
@@ -682,9 +779,11 @@ def _supervised_leaf_tree(leaf_resume=None):
 
     sup = ScriptedAgent("sup", first_visit_then("sup routes", "team", "sup final"))
     team_agent = ScriptedAgent("team", transfers_to("team plan", "leaf"))
-    leaf = ResumableScriptedAgent("leaf", stateful_then("leaf working", {"ask": "ok?"},
-                                                        {"n": 1}),
-                                  leaf_resume or resume_says("leaf done"))
+    leaf = ResumableScriptedAgent(
+        "leaf",
+        stateful_then("leaf working", {"ask": "ok?"}, {"n": 1}),
+        leaf_resume or resume_says("leaf done"),
+    )
     team = rk.set_sub_agents(team_agent, [leaf])
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
     return root, sup, team_agent, leaf
@@ -697,13 +796,20 @@ async def test_dt10_supervised_wrapped_flow_interrupt_resume_returns_to_supervis
     store = rk.InMemoryCheckpointStore()
     root, *_ = _supervised_leaf_tree()
 
-    first = await collect(rk.Runner(root, checkpoint_store=store).query("hello",
-                                                                        checkpoint_id="s1"))
+    first = await collect(
+        rk.Runner(root, checkpoint_store=store).query("hello", checkpoint_id="s1")
+    )
 
     assert describe_all(first) == [
-        "sup say sup routes", "sup call -> team", "sup transfer -> team",
-        "team say team plan", "team call -> leaf", "team transfer -> leaf",
-        "leaf say leaf working", "team interrupt"]
+        "sup say sup routes",
+        "sup call -> team",
+        "sup transfer -> team",
+        "team say team plan",
+        "team call -> leaf",
+        "team transfer -> leaf",
+        "leaf say leaf working",
+        "team interrupt",
+    ]
     assert paths(first)[3:] == [("sup", "team")] * 3 + [("sup", "team", "leaf"), ("sup", "team")]
     cause = root_cause(first[-1])
     assert cause.address == addr("sup", "team", "team", "leaf")
@@ -712,23 +818,41 @@ async def test_dt10_supervised_wrapped_flow_interrupt_resume_returns_to_supervis
     assert cause.parent.address == addr("sup", "team")
 
     root2, sup2, team_agent2, leaf2 = _supervised_leaf_tree()
-    second = await collect(rk.Runner(root2, checkpoint_store=store)
-                           .resume("s1", targets={cause.id: "approved"}))
+    second = await collect(
+        rk.Runner(root2, checkpoint_store=store).resume("s1", targets={cause.id: "approved"})
+    )
 
     assert describe_all(second) == [
-        "leaf say leaf done", "team call -> sup", "team transfer -> sup", "sup say sup final"]
-    assert paths(second) == [("sup", "team", "leaf"), ("sup", "team"), ("sup", "team"),
-                             ("sup", "team", "sup")]
+        "leaf say leaf done",
+        "team call -> sup",
+        "team transfer -> sup",
+        "sup say sup final",
+    ]
+    assert paths(second) == [
+        ("sup", "team", "leaf"),
+        ("sup", "team"),
+        ("sup", "team"),
+        ("sup", "team", "sup"),
+    ]
     assert leaf2.inputs == [] and len(leaf2.resume_infos) == 1
     leaf_info = leaf2.resume_infos[0]
-    assert (leaf_info.was_interrupted, leaf_info.is_resume_target, leaf_info.interrupt_state,
-            leaf_info.resume_data) == (True, True, {"n": 1}, "approved")
+    assert (
+        leaf_info.was_interrupted,
+        leaf_info.is_resume_target,
+        leaf_info.interrupt_state,
+        leaf_info.resume_data,
+    ) == (True, True, {"n": 1}, "approved")
     assert team_agent2.inputs == []
     assert h.contents(sup2.inputs[0]) == [
-        user("hello"), ("assistant", "sup routes"), *own_transfer("team"),
-        said("team", "team plan"), *h.rewritten_transfer("team", "leaf"),
-        said("leaf", "leaf working"), said("leaf", "leaf done"),
-        *h.rewritten_transfer("team", "sup")]
+        user("hello"),
+        ("assistant", "sup routes"),
+        *own_transfer("team"),
+        said("team", "team plan"),
+        *h.rewritten_transfer("team", "leaf"),
+        said("leaf", "leaf working"),
+        said("leaf", "leaf done"),
+        *h.rewritten_transfer("team", "sup"),
+    ]
 
 
 async def test_dt10_reinterrupt_keeps_isolated_events_and_interrupt_id() -> None:
@@ -747,8 +871,7 @@ async def test_dt10_reinterrupt_keeps_isolated_events_and_interrupt_id() -> None
 
     store = rk.InMemoryCheckpointStore()
     root, *_ = _supervised_leaf_tree(leaf_resume)
-    first = await collect(rk.Runner(root, checkpoint_store=store).query("hello",
-                                                                        checkpoint_id="r"))
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("hello", checkpoint_id="r"))
     first_id = root_cause(first[-1]).id
 
     root2, *_ = _supervised_leaf_tree(leaf_resume)
@@ -760,12 +883,22 @@ async def test_dt10_reinterrupt_keeps_isolated_events_and_interrupt_id() -> None
     root3, sup3, *_ = _supervised_leaf_tree(leaf_resume)
     third = await collect(rk.Runner(root3, checkpoint_store=store).resume("r"))
     assert describe_all(third) == [
-        "leaf say leaf done", "team call -> sup", "team transfer -> sup", "sup say sup final"]
+        "leaf say leaf done",
+        "team call -> sup",
+        "team transfer -> sup",
+        "sup say sup final",
+    ]
     assert h.contents(sup3.inputs[0]) == [
-        user("hello"), ("assistant", "sup routes"), *own_transfer("team"),
-        said("team", "team plan"), *h.rewritten_transfer("team", "leaf"),
-        said("leaf", "leaf working"), said("leaf", "leaf still waiting"),
-        said("leaf", "leaf done"), *h.rewritten_transfer("team", "sup")]
+        user("hello"),
+        ("assistant", "sup routes"),
+        *own_transfer("team"),
+        said("team", "team plan"),
+        *h.rewritten_transfer("team", "leaf"),
+        said("leaf", "leaf working"),
+        said("leaf", "leaf still waiting"),
+        said("leaf", "leaf done"),
+        *h.rewritten_transfer("team", "sup"),
+    ]
 
 
 def _chain_in_wrapped_flow_tree(b_script=None):
@@ -773,8 +906,9 @@ def _chain_in_wrapped_flow_tree(b_script=None):
     b interrupts."""
 
     sup = ScriptedAgent("sup", first_visit_then(None, "team", "sup final"))
-    b = ResumableScriptedAgent("b", b_script or stateful_then("b waiting", "b?"),
-                               resume_says("b done"))
+    b = ResumableScriptedAgent(
+        "b", b_script or stateful_then("b waiting", "b?"), resume_says("b done")
+    )
     c = ScriptedAgent("c", texts("c done"))
     team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("plan", "b", "c")), [b, c])
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
@@ -787,10 +921,19 @@ async def test_dt10_chain_inside_wrapped_flow_runs_without_interrupt() -> None:
     events = await collect(rk.Runner(root).query("hi"))
 
     assert describe_all(events) == [
-        "sup call -> team", "sup transfer -> team",
-        "team say plan", "team call -> b", "team transfer -> b", "b say b plain",
-        "team call -> c", "team transfer -> c", "c say c done",
-        "team call -> sup", "team transfer -> sup", "sup say sup final"]
+        "sup call -> team",
+        "sup transfer -> team",
+        "team say plan",
+        "team call -> b",
+        "team transfer -> b",
+        "b say b plain",
+        "team call -> c",
+        "team transfer -> c",
+        "c say c done",
+        "team call -> sup",
+        "team transfer -> sup",
+        "sup say sup final",
+    ]
 
 
 async def test_dt10_pending_chain_inside_wrapped_flow_survives_interrupt() -> None:
@@ -806,14 +949,21 @@ async def test_dt10_pending_chain_inside_wrapped_flow_survives_interrupt() -> No
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("k"))
 
     assert describe_all(second) == [
-        "b say b done", "team call -> c", "team transfer -> c", "c say c done",
-        "team call -> sup", "team transfer -> sup", "sup say sup final"]
+        "b say b done",
+        "team call -> c",
+        "team transfer -> c",
+        "c say c done",
+        "team call -> sup",
+        "team transfer -> sup",
+        "sup say sup final",
+    ]
     assert len(c2.inputs) == 1
 
 
 # --------------------------------------------------------------------------------------------
 # DT-11 — run paths through the wrapper
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt11_run_paths_through_wrapper_are_outer_inner() -> None:
     """DT-11: every event of the inner flow agent seen by ``outer`` carries ``[outer, inner]``
@@ -837,18 +987,23 @@ async def test_dt11_registered_wrapper_around_flow_does_not_repeat_step() -> Non
     s = ScriptedAgent("S", first_visit_then(None, "F", "s end"))
     f = ScriptedAgent("F", transfers_to("f1", "child"))
     child = ScriptedAgent("child", texts("c1"))
-    root = rk.set_sub_agents(s, [rk.with_deterministic_transfer(rk.set_sub_agents(f, [child]),
-                                                                ["S"])])
+    root = rk.set_sub_agents(
+        s, [rk.with_deterministic_transfer(rk.set_sub_agents(f, [child]), ["S"])]
+    )
 
     events = await collect(rk.Runner(root).query("hi"))
 
     assert [(d, p) for d, p in zip(describe_all(events), paths(events), strict=True)] == [
-        ("S call -> F", ("S",)), ("S transfer -> F", ("S",)),
-        ("F say f1", ("S", "F")), ("F call -> child", ("S", "F")),
+        ("S call -> F", ("S",)),
+        ("S transfer -> F", ("S",)),
+        ("F say f1", ("S", "F")),
+        ("F call -> child", ("S", "F")),
         ("F transfer -> child", ("S", "F")),
         ("child say c1", ("S", "F", "child")),
-        ("F call -> S", ("S", "F")), ("F transfer -> S", ("S", "F")),
-        ("S say s end", ("S", "F", "S"))]
+        ("F call -> S", ("S", "F")),
+        ("F transfer -> S", ("S", "F")),
+        ("S say s end", ("S", "F", "S")),
+    ]
     assert f.run_paths == [("S", "F")]
     assert child.run_paths == [("S", "F", "child")]
     assert s.run_paths == [("S",), ("S", "F", "S")]
@@ -866,23 +1021,35 @@ async def test_dt11_supervisor_like_control_returns_to_supervisor() -> None:
     events = await collect(rk.Runner(root).query("task"))
 
     assert describe_all(events) == [
-        "sup say delegating", "sup call -> worker", "sup transfer -> worker",
-        "worker say worked", "worker call -> sup", "worker transfer -> sup",
-        "sup say final answer"]
-    assert paths(events) == [("sup",)] * 3 + [("sup", "worker")] * 3 + [
-        ("sup", "worker", "sup")]
+        "sup say delegating",
+        "sup call -> worker",
+        "sup transfer -> worker",
+        "worker say worked",
+        "worker call -> sup",
+        "worker transfer -> sup",
+        "sup say final answer",
+    ]
+    assert paths(events) == [("sup",)] * 3 + [("sup", "worker")] * 3 + [("sup", "worker", "sup")]
     h.assert_transfer_pair(events[4], events[5], "sup")
     assert sup.run_paths == [("sup",), ("sup", "worker", "sup")]
     assert h.contents(worker.inputs[0]) == [
-        user("task"), said("sup", "delegating"), *h.rewritten_transfer("sup", "worker")]
+        user("task"),
+        said("sup", "delegating"),
+        *h.rewritten_transfer("sup", "worker"),
+    ]
     assert h.contents(sup.inputs[1]) == [
-        user("task"), ("assistant", "delegating"), *own_transfer("worker"),
-        said("worker", "worked"), *h.rewritten_transfer("worker", "sup")]
+        user("task"),
+        ("assistant", "delegating"),
+        *own_transfer("worker"),
+        said("worker", "worked"),
+        *h.rewritten_transfer("worker", "sup"),
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # DT-12 — streaming: transfer events after the stream has ended
 # --------------------------------------------------------------------------------------------
+
 
 def _streaming_script(log: list[str], words: tuple[str, ...]):
     async def script(agent, ctx, input):
@@ -917,14 +1084,23 @@ async def test_dt12_transfer_events_come_after_the_stream_has_ended() -> None:
 
     assert log == [
         "event A stream",
-        "chunk Hel", "chunk lo ", "chunk world", "stream end",
-        "event A call -> B", "event A transfer -> B", "event B say b1"]
+        "chunk Hel",
+        "chunk lo ",
+        "chunk world",
+        "stream end",
+        "event A call -> B",
+        "event A transfer -> B",
+        "event B say b1",
+    ]
     h.assert_transfer_pair(events[1], events[2], "B")
     stream = events[0].output.stream
     assert [c.content async for c in stream] == ["Hel", "lo ", "world"]
     assert (await events[0].output.get_message()).content == "Hello world"
     assert h.contents(b.inputs[0]) == [
-        user("hi"), said("A", "Hello world"), *h.rewritten_transfer("A", "B")]
+        user("hi"),
+        said("A", "Hello world"),
+        *h.rewritten_transfer("A", "B"),
+    ]
 
 
 async def test_dt12_streaming_inside_wrapped_flow_transfer_after_stream_end() -> None:
@@ -939,14 +1115,22 @@ async def test_dt12_streaming_inside_wrapped_flow_transfer_after_stream_end() ->
         log.append(f"event {h.describe(ev)}")
 
     assert log == [
-        "event sup call -> team", "event sup transfer -> team", "event team stream",
-        "chunk a", "chunk b", "stream end",
-        "event team call -> sup", "event team transfer -> sup", "event sup say sup end"]
+        "event sup call -> team",
+        "event sup transfer -> team",
+        "event team stream",
+        "chunk a",
+        "chunk b",
+        "stream end",
+        "event team call -> sup",
+        "event team transfer -> sup",
+        "event sup say sup end",
+    ]
 
 
 # --------------------------------------------------------------------------------------------
 # DT-13 — resume with state of the wrong type: an error event, not a crash
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("state", [None, "not a state", {"events": []}])
 async def test_dt13_resume_flow_wrapper_with_wrong_state_yields_error_event(state: Any) -> None:
@@ -980,8 +1164,9 @@ async def test_dt13_wrong_state_through_runner_is_error_event() -> None:
 
     def build() -> Mangling:
         inner = ResumableScriptedAgent("inner", stateful_then("before", "data"))
-        return Mangling("outer", rk.with_deterministic_transfer(rk.as_flow_agent(inner),
-                                                                ["next_agent"]))
+        return Mangling(
+            "outer", rk.with_deterministic_transfer(rk.as_flow_agent(inner), ["next_agent"])
+        )
 
     await collect(rk.Runner(build(), checkpoint_store=store).query("hi", checkpoint_id="m"))
     events = await collect(rk.Runner(build(), checkpoint_store=store).resume("m"))
@@ -1030,13 +1215,16 @@ async def test_dt13_checkpoint_with_wrong_wrapper_state_resumes_to_error_event()
 # DT-14 — chains (D3)
 # --------------------------------------------------------------------------------------------
 
+
 async def _a1_streamed(agent, ctx, input):
-    yield rk.AgentEvent.from_message(rk.MessageStream.from_list(
-        [rk.Message.assistant("a"), rk.Message.assistant("1")]))
+    yield rk.AgentEvent.from_message(
+        rk.MessageStream.from_list([rk.Message.assistant("a"), rk.Message.assistant("1")])
+    )
 
 
-def _chain_tree(b_script=None, b_resume=None, c_targets: tuple[str, ...] = ("B", "C"),
-                streamed: bool = False):
+def _chain_tree(
+    b_script=None, b_resume=None, c_targets: tuple[str, ...] = ("B", "C"), streamed: bool = False
+):
     a = ScriptedAgent("A", _a1_streamed if streamed else texts("a1"))
     b = ResumableScriptedAgent("B", b_script or texts("b1"), b_resume)
     c = ScriptedAgent("C", texts("c1"))
@@ -1046,7 +1234,8 @@ def _chain_tree(b_script=None, b_resume=None, c_targets: tuple[str, ...] = ("B",
 
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_dt14_chain_runs_targets_in_order_each_pair_right_before_its_target(
-        streamed: bool) -> None:
+    streamed: bool,
+) -> None:
     """DT-14 / D3: A→[B, C] runs A, B, C in this order of events: A's events, transfer→B,
     B's events, transfer→C, C's events; B never sees "transferred to agent [C]" (also when
     A's message is streamed)."""
@@ -1054,17 +1243,26 @@ async def test_dt14_chain_runs_targets_in_order_each_pair_right_before_its_targe
     events = await collect(rk.Runner(root, streaming=streamed).query("go"))
 
     assert describe_all(events) == [
-        "A stream" if streamed else "A say a1", "A call -> B", "A transfer -> B", "B say b1",
-        "A call -> C", "A transfer -> C", "C say c1"]
+        "A stream" if streamed else "A say a1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b1",
+        "A call -> C",
+        "A transfer -> C",
+        "C say c1",
+    ]
     assert paths(events) == [("A",)] * 3 + [("A", "B")] + [("A",)] * 2 + [("A", "C")]
     h.assert_transfer_pair(events[1], events[2], "B")
     h.assert_transfer_pair(events[4], events[5], "C")
-    assert h.contents(b.inputs[0]) == [
-        user("go"), said("A", "a1"), *h.rewritten_transfer("A", "B")]
-    assert not any("[C]" in m.content or "\"C\"" in m.content for m in b.inputs[0])
+    assert h.contents(b.inputs[0]) == [user("go"), said("A", "a1"), *h.rewritten_transfer("A", "B")]
+    assert not any("[C]" in m.content or '"C"' in m.content for m in b.inputs[0])
     assert h.contents(c.inputs[0]) == [
-        user("go"), said("A", "a1"), *h.rewritten_transfer("A", "B"), said("B", "b1"),
-        *h.rewritten_transfer("A", "C")]
+        user("go"),
+        said("A", "a1"),
+        *h.rewritten_transfer("A", "B"),
+        said("B", "b1"),
+        *h.rewritten_transfer("A", "C"),
+    ]
 
 
 async def test_dt14_interrupt_in_b_resumes_b_then_c_runs() -> None:
@@ -1076,7 +1274,12 @@ async def test_dt14_interrupt_in_b_resumes_b_then_c_runs() -> None:
     first = await collect(rk.Runner(root, checkpoint_store=store).query("go", checkpoint_id="ch"))
 
     assert describe_all(first) == [
-        "A say a1", "A call -> B", "A transfer -> B", "B say b waiting", "B interrupt"]
+        "A say a1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b waiting",
+        "B interrupt",
+    ]
     assert c.inputs == []
     cause = root_cause(first[-1])
     assert cause.address == addr("A", "B")
@@ -1085,17 +1288,22 @@ async def test_dt14_interrupt_in_b_resumes_b_then_c_runs() -> None:
         yield say(f"b got {info.resume_data}")
 
     root2, _, b2, c2 = _chain_tree(b_resume=b_resume)
-    second = await collect(rk.Runner(root2, checkpoint_store=store)
-                           .resume("ch", targets={cause.id: "yes"}))
+    second = await collect(
+        rk.Runner(root2, checkpoint_store=store).resume("ch", targets={cause.id: "yes"})
+    )
 
-    assert describe_all(second) == [
-        "B say b got yes", "A call -> C", "A transfer -> C", "C say c1"]
+    assert describe_all(second) == ["B say b got yes", "A call -> C", "A transfer -> C", "C say c1"]
     assert paths(second) == [("A", "B"), ("A",), ("A",), ("A", "C")]
     h.assert_transfer_pair(second[1], second[2], "C")
     assert b2.resume_infos[0].interrupt_state == {"b": 1}
     assert h.contents(c2.inputs[0]) == [
-        user("go"), said("A", "a1"), *h.rewritten_transfer("A", "B"),
-        said("B", "b waiting"), said("B", "b got yes"), *h.rewritten_transfer("A", "C")]
+        user("go"),
+        said("A", "a1"),
+        *h.rewritten_transfer("A", "B"),
+        said("B", "b waiting"),
+        said("B", "b got yes"),
+        *h.rewritten_transfer("A", "C"),
+    ]
 
 
 async def test_dt14_exit_in_b_stops_the_chain() -> None:
@@ -1110,7 +1318,12 @@ async def test_dt14_exit_in_b_stops_the_chain() -> None:
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "A say a1", "A call -> B", "A transfer -> B", "B say b quits", "B exit"]
+        "A say a1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b quits",
+        "B exit",
+    ]
     assert c.inputs == []
 
 
@@ -1153,10 +1366,17 @@ async def test_dt14_missing_target_in_chain_is_fa06_error_and_stops() -> None:
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "A say a1", "A call -> B", "A transfer -> B", "B say b1",
-        "A call -> Nobody", "A transfer -> Nobody", "A error"]
+        "A say a1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b1",
+        "A call -> Nobody",
+        "A transfer -> Nobody",
+        "A error",
+    ]
     assert h.error_text(events[-1]) == (
-        "transfer failed: agent 'Nobody' not found when transferring from 'A'")
+        "transfer failed: agent 'Nobody' not found when transferring from 'A'"
+    )
     assert c.inputs == []
 
 
@@ -1167,15 +1387,24 @@ async def test_dt14_target_that_transfers_runs_its_own_transfer_first() -> None:
     b = ScriptedAgent("B", transfers_to("b1", "D"))
     d = ScriptedAgent("D", texts("d1"))
     c = ScriptedAgent("C", texts("c1"))
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(a, ["B", "C"]),
-                             [rk.set_sub_agents(b, [d]), c])
+    root = rk.set_sub_agents(
+        rk.with_deterministic_transfer(a, ["B", "C"]), [rk.set_sub_agents(b, [d]), c]
+    )
 
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "A say a1", "A call -> B", "A transfer -> B",
-        "B say b1", "B call -> D", "B transfer -> D", "D say d1",
-        "A call -> C", "A transfer -> C", "C say c1"]
+        "A say a1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b1",
+        "B call -> D",
+        "B transfer -> D",
+        "D say d1",
+        "A call -> C",
+        "A transfer -> C",
+        "C say c1",
+    ]
     assert paths(events)[6] == ("A", "B", "D")
     assert paths(events)[9] == ("A", "C")
 
@@ -1191,8 +1420,14 @@ async def test_dt14_own_transfer_then_deterministic_transfer_chain() -> None:
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "A say a1", "A call -> X", "A transfer -> X", "X say x1",
-        "A call -> B", "A transfer -> B", "B say b1"]
+        "A say a1",
+        "A call -> X",
+        "A transfer -> X",
+        "X say x1",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b1",
+    ]
     assert not any("[B]" in m.content for m in x.inputs[0])
 
 
@@ -1209,8 +1444,14 @@ async def test_dt14_nested_wrappers_run_x_then_i_then_f() -> None:
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "x say x1", "x call -> i", "x transfer -> i", "i say i1",
-        "x call -> f", "x transfer -> f", "f say f1"]
+        "x say x1",
+        "x call -> i",
+        "x transfer -> i",
+        "i say i1",
+        "x call -> f",
+        "x transfer -> f",
+        "f say f1",
+    ]
     assert not any("[f]" in m.content for m in i.inputs[0])
     assert h.contents(f.inputs[0])[-2:] == h.rewritten_transfer("x", "f")
 
@@ -1230,15 +1471,18 @@ async def test_dt14_wrapped_flow_agent_interrupt_inside_a_chain_resumes_then_con
     root, c = build()
     first = await collect(rk.Runner(root, checkpoint_store=store).query("go", checkpoint_id="w"))
     assert describe_all(first) == [
-        "A say a1", "A call -> F", "A transfer -> F", "F say f waiting", "F interrupt"]
+        "A say a1",
+        "A call -> F",
+        "A transfer -> F",
+        "F say f waiting",
+        "F interrupt",
+    ]
     assert c.inputs == []
 
     root2, c2 = build()
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("w"))
-    assert describe_all(second) == [
-        "F say f done", "A call -> C", "A transfer -> C", "C say c1"]
-    assert h.contents(c2.inputs[0])[-3:] == [said("F", "f done"),
-                                              *h.rewritten_transfer("A", "C")]
+    assert describe_all(second) == ["F say f done", "A call -> C", "A transfer -> C", "C say c1"]
+    assert h.contents(c2.inputs[0])[-3:] == [said("F", "f done"), *h.rewritten_transfer("A", "C")]
 
 
 def test_dt14_cycle_of_deterministic_transfers_rejected_when_runner_built() -> None:
@@ -1246,8 +1490,9 @@ def test_dt14_cycle_of_deterministic_transfers_rejected_when_runner_built() -> N
     when the Runner is built."""
     a = ScriptedAgent("A")
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(a, ["B"]),
-                             [rk.with_deterministic_transfer(b, ["A"])])
+    root = rk.set_sub_agents(
+        rk.with_deterministic_transfer(a, ["B"]), [rk.with_deterministic_transfer(b, ["A"])]
+    )
     with pytest.raises(rk.errors.ConfigurationError, match="cycle"):
         rk.Runner(root)
 
@@ -1255,6 +1500,7 @@ def test_dt14_cycle_of_deterministic_transfers_rejected_when_runner_built() -> N
 # --------------------------------------------------------------------------------------------
 # DT-15 — session values shared both ways
 # --------------------------------------------------------------------------------------------
+
 
 async def test_dt15_session_values_shared_both_ways_with_wrapped_flow_agent() -> None:
     """DT-15: values written by the parent (and given to the Runner) are visible inside the
@@ -1276,8 +1522,9 @@ async def test_dt15_session_values_shared_both_ways_with_wrapped_flow_agent() ->
         yield say("leaf wrote")
 
     sup = ScriptedAgent("sup", sup_script)
-    team = rk.set_sub_agents(ScriptedAgent("team", transfers_to("t", "leaf")),
-                             [ScriptedAgent("leaf", leaf_script)])
+    team = rk.set_sub_agents(
+        ScriptedAgent("team", transfers_to("t", "leaf")), [ScriptedAgent("leaf", leaf_script)]
+    )
     root = rk.set_sub_agents(sup, [rk.with_deterministic_transfer(team, ["sup"])])
 
     events = await collect(rk.Runner(root).query("hi", session_values={"counter": 1}))
@@ -1299,11 +1546,16 @@ async def test_dt15_session_values_shared_with_plain_wrapped_agent() -> None:
 
     root = rk.set_sub_agents(
         rk.with_deterministic_transfer(ScriptedAgent("A", a_script), ["B"]),
-        [ScriptedAgent("B", b_script)])
+        [ScriptedAgent("B", b_script)],
+    )
     events = await collect(rk.Runner(root).query("hi", session_values={"seed": "s"}))
 
     assert describe_all(events) == [
-        "A say a sees s", "A call -> B", "A transfer -> B", "B say b sees 42"]
+        "A say a sees s",
+        "A call -> B",
+        "A transfer -> B",
+        "B say b sees 42",
+    ]
 
 
 async def test_dt15_values_written_inside_wrapped_flow_survive_interrupt_and_resume() -> None:
@@ -1338,6 +1590,7 @@ async def test_dt15_values_written_inside_wrapped_flow_survive_interrupt_and_res
 # Further cases: nested supervisors, skipped transfer messages, nested isolation, early stop
 # --------------------------------------------------------------------------------------------
 
+
 async def test_dt02_exit_deep_in_nested_supervisors_suppresses_every_transfer() -> None:
     """DT-02: an exit that ends up last in the stream suppresses the transfer at every
     enclosing wrapper, so it propagates through nested supervisors (eino §4.3,
@@ -1350,16 +1603,22 @@ async def test_dt02_exit_deep_in_nested_supervisors_suppresses_every_transfer() 
     outer = ScriptedAgent("outer", first_visit_then("o", "inner", "outer again"))
     inner = ScriptedAgent("inner", first_visit_then("i", "worker", "inner again"))
     inner_tree = rk.set_sub_agents(
-        inner, [rk.with_deterministic_transfer(ScriptedAgent("worker", worker_script),
-                                               ["inner"])])
+        inner, [rk.with_deterministic_transfer(ScriptedAgent("worker", worker_script), ["inner"])]
+    )
     root = rk.set_sub_agents(outer, [rk.with_deterministic_transfer(inner_tree, ["outer"])])
 
     events = await collect(rk.Runner(root).query("go"))
 
     assert describe_all(events) == [
-        "outer say o", "outer call -> inner", "outer transfer -> inner",
-        "inner say i", "inner call -> worker", "inner transfer -> worker",
-        "worker say worker quits", "worker exit"]
+        "outer say o",
+        "outer call -> inner",
+        "outer transfer -> inner",
+        "inner say i",
+        "inner call -> worker",
+        "inner transfer -> worker",
+        "worker say worker quits",
+        "worker exit",
+    ]
     assert paths(events)[-1] == ("outer", "inner", "worker")
     assert len(outer.inputs) == 1 and len(inner.inputs) == 1
 
@@ -1377,14 +1636,18 @@ async def test_dt01_skip_transfer_messages_drops_wrapper_pairs_from_histories() 
     assert describe_all(events)[-1] == "sup say final"
     assert h.contents(worker.inputs[0]) == [user("task"), said("sup", "delegating")]
     assert h.contents(sup.inputs[1]) == [
-        user("task"), ("assistant", "delegating"), said("worker", "worked")]
+        user("task"),
+        ("assistant", "delegating"),
+        said("worker", "worked"),
+    ]
 
 
 def _nested_isolation_tree():
     """sup → W(team) → W(sub) → leaf: two isolating wrappers, the leaf interrupts."""
     sup = ScriptedAgent("sup", first_visit_then("s0", "team", "sup fin"))
-    leaf = ResumableScriptedAgent("leaf", stateful_then("l wait", "q?", {"z": 1}),
-                                  resume_says("l done"))
+    leaf = ResumableScriptedAgent(
+        "leaf", stateful_then("l wait", "q?", {"z": 1}), resume_says("l done")
+    )
     sub = rk.set_sub_agents(ScriptedAgent("sub", transfers_to("s1", "leaf")), [leaf])
     team_agent = ScriptedAgent("team", first_visit_then("t1", "sub", "team fin"))
     team = rk.set_sub_agents(team_agent, [rk.with_deterministic_transfer(sub, ["team"])])
@@ -1410,7 +1673,8 @@ async def test_dt10_nested_isolating_wrappers_interrupt_and_resume() -> None:
     assert chain == [
         (addr("sup", "team", "team", "sub", "sub", "leaf"), "q?"),
         (addr("sup", "team", "team", "sub"), WRAPPER_INTERRUPT_INFO),
-        (addr("sup", "team"), WRAPPER_INTERRUPT_INFO)]
+        (addr("sup", "team"), WRAPPER_INTERRUPT_INFO),
+    ]
 
     root2, sup2, team2, _ = _nested_isolation_tree()
     second = await collect(rk.Runner(root2, checkpoint_store=store).resume("n"))
@@ -1422,16 +1686,31 @@ async def test_dt10_nested_isolating_wrappers_interrupt_and_resume() -> None:
         ("team say team fin", ("sup", "team", "sub", "team")),
         ("team call -> sup", ("sup", "team")),
         ("team transfer -> sup", ("sup", "team")),
-        ("sup say sup fin", ("sup", "team", "sup"))]
+        ("sup say sup fin", ("sup", "team", "sup")),
+    ]
     inner_events = [
-        said("sub", "s1"), *h.rewritten_transfer("sub", "leaf"),
-        said("leaf", "l wait"), said("leaf", "l done"), *h.rewritten_transfer("sub", "team")]
+        said("sub", "s1"),
+        *h.rewritten_transfer("sub", "leaf"),
+        said("leaf", "l wait"),
+        said("leaf", "l done"),
+        *h.rewritten_transfer("sub", "team"),
+    ]
     assert h.contents(team2.inputs[0]) == [
-        user("hi"), ("assistant", "t1"), *own_transfer("sub"), *inner_events]
+        user("hi"),
+        ("assistant", "t1"),
+        *own_transfer("sub"),
+        *inner_events,
+    ]
     assert h.contents(sup2.inputs[0]) == [
-        user("hi"), ("assistant", "s0"), *own_transfer("team"),
-        said("team", "t1"), *h.rewritten_transfer("team", "sub"), *inner_events,
-        said("team", "team fin"), *h.rewritten_transfer("team", "sup")]
+        user("hi"),
+        ("assistant", "s0"),
+        *own_transfer("team"),
+        said("team", "t1"),
+        *h.rewritten_transfer("team", "sub"),
+        *inner_events,
+        said("team", "team fin"),
+        *h.rewritten_transfer("team", "sup"),
+    ]
 
 
 @pytest.mark.parametrize("around_flow", [False, True])
@@ -1450,8 +1729,11 @@ async def test_dt_stopping_early_closes_the_wrapped_agent(around_flow: bool) -> 
     agent = ScriptedAgent("A", script)
     inner: rk.Agent = rk.as_flow_agent(agent) if around_flow else agent
     b = ScriptedAgent("B")
-    root = rk.set_sub_agents(rk.with_deterministic_transfer(inner, ["B"]), [b]) \
-        if not around_flow else rk.with_deterministic_transfer(inner, ["B"])
+    root = (
+        rk.set_sub_agents(rk.with_deterministic_transfer(inner, ["B"]), [b])
+        if not around_flow
+        else rk.with_deterministic_transfer(inner, ["B"])
+    )
 
     events = rk.Runner(root).query("hi")
     received = []

@@ -61,8 +61,9 @@ def test_fa02_sub_agent_with_a_parent_cannot_be_added_again() -> None:
     a = rk.as_flow_agent(ScriptedAgent("A"))
     r1 = rk.set_sub_agents(ScriptedAgent("R1"), [a])
     r2 = rk.as_flow_agent(ScriptedAgent("R2"))
-    with pytest.raises(ConfigurationError,
-                       match="agent 'A' has already been set as a sub-agent of 'R1'"):
+    with pytest.raises(
+        ConfigurationError, match="agent 'A' has already been set as a sub-agent of 'R1'"
+    ):
         rk.set_sub_agents(r2, [ScriptedAgent("B"), a])
     assert a.parent is r1
     assert r2.sub_agents == []
@@ -101,8 +102,7 @@ def _input_probe(probe: Any) -> Any:
     results: list[Any] = []
 
     class Probe(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> Any:
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
             results.append(probe(ctx, input))
             yield say("ok")
 
@@ -119,11 +119,11 @@ async def test_fa03_child_input_equals_an_agent_input() -> None:
 async def test_fa03_child_input_supports_dataclasses_replace() -> None:
     """FA-03: a custom agent can derive a new input from the one it received."""
     root, results = _input_probe(
-        lambda ctx, inp: dataclasses.replace(inp, messages=[*inp.messages, user("extra")]))
+        lambda ctx, inp: dataclasses.replace(inp, messages=[*inp.messages, user("extra")])
+    )
     events = await run_summary(rk.Runner(root), "hi")
     assert events[-1] == ("C", ["R", "C"], "ok", None)
-    assert [m.content for m in results[0].messages] == [
-        "hi", "For context: [R] said: r1.", "extra"]
+    assert [m.content for m in results[0].messages] == ["hi", "For context: [R] said: r1.", "extra"]
 
 
 async def test_fa03_child_input_can_be_saved_as_interrupt_state() -> None:
@@ -143,10 +143,13 @@ async def test_fa03_child_input_can_be_saved_as_interrupt_state() -> None:
 async def test_fa04_transfer_to_parent_nests_the_run_path() -> None:
     """FA-04: a child can transfer back to its parent; the parent runs again at [R, A, R]
     and reads its own earlier message unchanged."""
-    r = ScriptedAgent("R", [
-        lambda ctx: say("r1" if first_run(ctx) else "r-again"),
-        lambda ctx: transfer("A") if first_run(ctx) else None,
-    ])
+    r = ScriptedAgent(
+        "R",
+        [
+            lambda ctx: say("r1" if first_run(ctx) else "r-again"),
+            lambda ctx: transfer("A") if first_run(ctx) else None,
+        ],
+    )
     a = ScriptedAgent("A", ["a1", transfer("R")])
     events = await run_summary(rk.Runner(rk.set_sub_agents(r, [a])), "hi")
     assert events == [
@@ -168,8 +171,9 @@ async def test_fa04_disallow_transfer_to_parent_hides_and_refuses_the_parent() -
     """FA-04 / D4: with disallow_transfer_to_parent the parent is not offered as a target and
     a transfer to it is the FA-06 'not found' error."""
     r = ScriptedAgent("R", [lambda ctx: transfer("A") if first_run(ctx) else say("r-again")])
-    a = rk.as_flow_agent(ScriptedAgent("A", ["a1", transfer("R")]),
-                         disallow_transfer_to_parent=True)
+    a = rk.as_flow_agent(
+        ScriptedAgent("A", ["a1", transfer("R")]), disallow_transfer_to_parent=True
+    )
     b = ScriptedAgent("B")
     root = rk.set_sub_agents(r, [a, b])
     assert [t.name for t in a.transfer_targets()] == []
@@ -189,7 +193,8 @@ async def test_fa05_siblings_and_grandchildren_cannot_be_found() -> None:
     a = ScriptedAgent("A", ["a1", transfer("B")])
     b = ScriptedAgent("B", ["b1"])
     events = await run_summary(
-        rk.Runner(rk.set_sub_agents(ScriptedAgent("R", [transfer("A")]), [a, b])), "hi")
+        rk.Runner(rk.set_sub_agents(ScriptedAgent("R", [transfer("A")]), [a, b])), "hi"
+    )
     assert events[-1] == ("A", ["R", "A"], not_found("B", "A"), "error")
     assert b.started == 0
 
@@ -244,17 +249,20 @@ async def test_fa07_default_history_rewrite_texts() -> None:
     blob = rk.Blob("image/png", b"\x89PNG", "pic.png")
     picture = rk.Message.assistant("see picture")
     picture.attachments.append(blob)
-    a = ScriptedAgent("A", [
-        "hello",
-        rk.Message.assistant("", [rk.ToolCall("t1", "search", '{"q": "x"}')]),
-        rk.Message.tool("found", tool_call_id="t1", tool_name="search"),
-        rk.Message.assistant("both", [rk.ToolCall("t2", "lookup", '{"id": 2}')]),
-        rk.Message.tool("", tool_call_id="t2", tool_name="lookup"),
-        rk.Message.user("echo"),
-        picture,
-        call,
-        with_action(result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B"))),
-    ])
+    a = ScriptedAgent(
+        "A",
+        [
+            "hello",
+            rk.Message.assistant("", [rk.ToolCall("t1", "search", '{"q": "x"}')]),
+            rk.Message.tool("found", tool_call_id="t1", tool_name="search"),
+            rk.Message.assistant("both", [rk.ToolCall("t2", "lookup", '{"id": 2}')]),
+            rk.Message.tool("", tool_call_id="t2", tool_name="lookup"),
+            rk.Message.user("echo"),
+            picture,
+            call,
+            with_action(result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B"))),
+        ],
+    )
     b = ScriptedAgent("B", ["b1"])
     root = rk.set_sub_agents(ScriptedAgent("R", [transfer("A")]), [rk.set_sub_agents(a, [b])])
     await run_summary(rk.Runner(root), "hi")
@@ -263,9 +271,9 @@ async def test_fa07_default_history_rewrite_texts() -> None:
     assert [m.content for m in messages] == [
         "hi",
         "For context: [A] said: hello.",
-        "For context: [A] called tool: `search` with arguments: {\"q\": \"x\"}.",
+        'For context: [A] called tool: `search` with arguments: {"q": "x"}.',
         "For context: [A] `search` tool returned result: found.",
-        "For context: [A] said: both. [A] called tool: `lookup` with arguments: {\"id\": 2}.",
+        'For context: [A] said: both. [A] called tool: `lookup` with arguments: {"id": 2}.',
         "For context:",
         "For context:",
         "For context: [A] said: see picture.",
@@ -282,18 +290,27 @@ async def test_fa07_own_messages_are_not_rewritten() -> None:
     unchanged when it runs again; other agents' messages are rewritten."""
     tool_call = rk.Message.assistant("", [rk.ToolCall("t1", "search", "{}")])
     tool_result = rk.Message.tool("found", tool_call_id="t1", tool_name="search")
-    r = ScriptedAgent("R", [
-        lambda ctx: say("r1") if first_run(ctx) else None,
-        lambda ctx: rk.AgentEvent.from_message(tool_call) if first_run(ctx) else None,
-        lambda ctx: rk.AgentEvent.from_message(tool_result) if first_run(ctx) else None,
-        lambda ctx: transfer("A") if first_run(ctx) else say("r-again"),
-    ])
+    r = ScriptedAgent(
+        "R",
+        [
+            lambda ctx: say("r1") if first_run(ctx) else None,
+            lambda ctx: rk.AgentEvent.from_message(tool_call) if first_run(ctx) else None,
+            lambda ctx: rk.AgentEvent.from_message(tool_result) if first_run(ctx) else None,
+            lambda ctx: transfer("A") if first_run(ctx) else say("r-again"),
+        ],
+    )
     a = ScriptedAgent("A", ["a1", transfer("R")])
     await run_summary(rk.Runner(rk.set_sub_agents(r, [a])), "hi")
-    assert r.inputs[1].messages == [user("hi"), rk.Message.assistant("r1"), tool_call,
-                                    tool_result, user("For context: [A] said: a1.")]
+    assert r.inputs[1].messages == [
+        user("hi"),
+        rk.Message.assistant("r1"),
+        tool_call,
+        tool_result,
+        user("For context: [A] said: a1."),
+    ]
     assert [m.content for m in a.inputs[0].messages] == [
-        "hi", "For context: [R] said: r1.",
+        "hi",
+        "For context: [R] said: r1.",
         "For context: [R] called tool: `search` with arguments: {}.",
         "For context: [R] `search` tool returned result: found.",
     ]
@@ -310,15 +327,24 @@ async def test_fa08_custom_history_rewriter_receives_entries() -> None:
         return [rk.Message.system("custom"), *(e.message for e in entries if e.is_user_input)]
 
     call, result = rk.transfer_messages("B")
-    a = ScriptedAgent("A", ["a1", call, with_action(result, rk.AgentAction(
-        transfer_to_agent=rk.TransferToAgentAction("B")))])
+    a = ScriptedAgent(
+        "A",
+        [
+            "a1",
+            call,
+            with_action(result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B"))),
+        ],
+    )
     b = ScriptedAgent("B", ["b1"])
     b_flow = rk.as_flow_agent(b, history_rewriter=rewriter)
-    root = rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("A")]),
-                             [rk.set_sub_agents(a, [b_flow])])
+    root = rk.set_sub_agents(
+        ScriptedAgent("R", ["r1", transfer("A")]), [rk.set_sub_agents(a, [b_flow])]
+    )
     await run_summary(rk.Runner(root), "hi")
     assert [(m.role, m.content) for m in b.inputs[0].messages] == [
-        ("system", "custom"), ("user", "hi")]
+        ("system", "custom"),
+        ("user", "hi"),
+    ]
     assert len(seen) == 1
     assert seen[0] == [
         rk.HistoryEntry(True, "", user("hi")),
@@ -342,11 +368,25 @@ async def test_fa08_custom_rewriter_with_skip_and_failures() -> None:
         return [e.message for e in entries]
 
     call, result = rk.transfer_messages("B")
-    a = rk.as_flow_agent(ScriptedAgent("A", ["a1", call, with_action(result, rk.AgentAction(
-        transfer_to_agent=rk.TransferToAgentAction("B")))]), history_rewriter=keep)
+    a = rk.as_flow_agent(
+        ScriptedAgent(
+            "A",
+            [
+                "a1",
+                call,
+                with_action(
+                    result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B"))
+                ),
+            ],
+        ),
+        history_rewriter=keep,
+    )
     b = ScriptedAgent("B", ["b1"])
-    await run_summary(rk.Runner(rk.set_sub_agents(a, [rk.as_flow_agent(
-        b, history_rewriter=keep)])), "hi", skip_transfer_messages=True)
+    await run_summary(
+        rk.Runner(rk.set_sub_agents(a, [rk.as_flow_agent(b, history_rewriter=keep)])),
+        "hi",
+        skip_transfer_messages=True,
+    )
     assert seen == [[(True, "", "hi")], [(True, "", "hi"), (False, "A", "a1")]]
     assert b.input_texts == [["hi", "a1"]]
 
@@ -354,8 +394,9 @@ async def test_fa08_custom_rewriter_with_skip_and_failures() -> None:
         raise RuntimeError("rewriter broke")
 
     c = ScriptedAgent("C", ["c1"])
-    root = rk.set_sub_agents(ScriptedAgent("A", ["a1", transfer("C")]),
-                             [rk.as_flow_agent(c, history_rewriter=broken)])
+    root = rk.set_sub_agents(
+        ScriptedAgent("A", ["a1", transfer("C")]), [rk.as_flow_agent(c, history_rewriter=broken)]
+    )
     events = await run_summary(rk.Runner(root), "hi")
     assert events[-1] == ("C", ["A", "C"], "rewriter broke", "error")
     assert c.started == 0
@@ -365,16 +406,29 @@ async def test_fa09_skip_transfer_messages_removes_exactly_the_pair() -> None:
     """FA-09 / D5: with skip_transfer_messages the transfer's tool message and its call never
     reach the next agent; the rest of the call message and everything else stays."""
     call, result = rk.transfer_messages("A")
-    r = ScriptedAgent("R", ["r1", call, with_action(result, rk.AgentAction(
-        transfer_to_agent=rk.TransferToAgentAction("A")))])
-    mixed = rk.Message.assistant("ok", [rk.ToolCall("t1", "search", "{}"),
-                                        rk.ToolCall("c2", "transfer_to_agent",
-                                                    '{"agent_name": "B"}')])
-    a = ScriptedAgent("A", [
-        mixed,
-        rk.Message.tool("found", tool_call_id="t1", tool_name="search"),
-        *llm_transfer("B", text="", call_id="c2")[1:],
-    ])
+    r = ScriptedAgent(
+        "R",
+        [
+            "r1",
+            call,
+            with_action(result, rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("A"))),
+        ],
+    )
+    mixed = rk.Message.assistant(
+        "ok",
+        [
+            rk.ToolCall("t1", "search", "{}"),
+            rk.ToolCall("c2", "transfer_to_agent", '{"agent_name": "B"}'),
+        ],
+    )
+    a = ScriptedAgent(
+        "A",
+        [
+            mixed,
+            rk.Message.tool("found", tool_call_id="t1", tool_name="search"),
+            *llm_transfer("B", text="", call_id="c2")[1:],
+        ],
+    )
     b = ScriptedAgent("B", ["b1"])
     root = rk.set_sub_agents(r, [rk.set_sub_agents(a, [b])])
 
@@ -389,18 +443,24 @@ async def test_fa09_skip_transfer_messages_removes_exactly_the_pair() -> None:
 
     await run_summary(rk.Runner(root), "hi")
     assert len(b.input_texts[1]) == 7  # without the option every transfer message is there
-    assert b.input_texts[1][4] == ("For context: [A] said: ok. [A] called tool: `search` with "
-                                   "arguments: {}. [A] called tool: `transfer_to_agent` with "
-                                   'arguments: {"agent_name": "B"}.')
+    assert b.input_texts[1][4] == (
+        "For context: [A] said: ok. [A] called tool: `search` with "
+        "arguments: {}. [A] called tool: `transfer_to_agent` with "
+        'arguments: {"agent_name": "B"}.'
+    )
 
 
 async def test_fa09_skip_never_removes_user_input_or_text() -> None:
     """FA-09 / D5: a transfer tool message without a preceding call removes nothing else (Eino
     would pop the user input); an LLM transfer call with text keeps the text."""
     orphan = with_action(
-        rk.Message.tool("successfully transferred to agent [A]", tool_call_id="orphan",
-                        tool_name="transfer_to_agent"),
-        rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("A")))
+        rk.Message.tool(
+            "successfully transferred to agent [A]",
+            tool_call_id="orphan",
+            tool_name="transfer_to_agent",
+        ),
+        rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("A")),
+    )
     a = ScriptedAgent("A", llm_transfer("B", text="I'll transfer", call_id="c1"))
     b = ScriptedAgent("B")
     root = rk.set_sub_agents(ScriptedAgent("R", [orphan]), [rk.set_sub_agents(a, [b])])
@@ -413,13 +473,15 @@ async def test_fa09_skip_never_removes_user_input_or_text() -> None:
 async def test_fa10_run_paths_are_set_once() -> None:
     """FA-10: root events carry [root], child events [root, child]; an event that already has
     a run path keeps it (and its agent name); a yielded event object is never mutated (D6)."""
-    foreign = rk.AgentEvent("ext", (rk.RunStep("x"), rk.RunStep("ext")),
-                            rk.AgentOutput(rk.Message.assistant("from elsewhere")))
+    foreign = rk.AgentEvent(
+        "ext",
+        (rk.RunStep("x"), rk.RunStep("ext")),
+        rk.AgentOutput(rk.Message.assistant("from elsewhere")),
+    )
     shared = say("twice")
     a = ScriptedAgent("A", [shared, foreign, shared])
     b = ScriptedAgent("B", ["b1"])
-    root = rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("A")]),
-                             [rk.set_sub_agents(a, [b])])
+    root = rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("A")]), [rk.set_sub_agents(a, [b])])
     a.steps.append(transfer("B"))
     raw = await collect(rk.Runner(root).query("hi"))
     assert await summarize(raw) == [
@@ -436,8 +498,14 @@ async def test_fa10_run_paths_are_set_once() -> None:
     assert raw[2] is not shared and raw[4] is not shared
     assert a.run_paths == [["R", "A"]]
     # The foreign event is not A's own: it is not recorded (FA-11).
-    assert b.input_texts == [["hi", "For context: [R] said: r1.", "For context: [A] said: twice.",
-                              "For context: [A] said: twice."]]
+    assert b.input_texts == [
+        [
+            "hi",
+            "For context: [R] said: r1.",
+            "For context: [A] said: twice.",
+            "For context: [A] said: twice.",
+        ]
+    ]
 
 
 async def test_fa10_no_step_repeats_for_a_wrapped_flow_agent() -> None:
@@ -466,8 +534,13 @@ async def test_fa11_wrapped_flow_events_are_recorded_exactly_once() -> None:
     f = ScriptedAgent("F", ["f1", transfer("G")])
     g = ScriptedAgent("G", ["g1"])
     wrapped = rk.with_deterministic_transfer(rk.set_sub_agents(f, [g]), ["S"])
-    s = ScriptedAgent("S", [lambda ctx: (say("s1") if first_run(ctx) else None),
-                            lambda ctx: transfer("F") if first_run(ctx) else None])
+    s = ScriptedAgent(
+        "S",
+        [
+            lambda ctx: say("s1") if first_run(ctx) else None,
+            lambda ctx: transfer("F") if first_run(ctx) else None,
+        ],
+    )
     await run_summary(rk.Runner(rk.set_sub_agents(s, [wrapped])), "hi")
     # G runs in F's isolated history: the root input and F's own events only.
     assert g.input_texts == [["hi", "For context: [F] said: f1."]]
@@ -494,8 +567,11 @@ async def test_fa11_interrupt_events_are_never_recorded() -> None:
     def build() -> tuple[ResumableScriptedAgent, ScriptedAgent, rk.FlowAgent]:
         a = ResumableScriptedAgent("A", ["a1", waiting], ["a2", transfer("B")])
         b = ScriptedAgent("B", ["b1"])
-        return a, b, rk.set_sub_agents(ScriptedAgent("R", [transfer("A")]),
-                                      [rk.set_sub_agents(a, [b])])
+        return (
+            a,
+            b,
+            rk.set_sub_agents(ScriptedAgent("R", [transfer("A")]), [rk.set_sub_agents(a, [b])]),
+        )
 
     store = rk.InMemoryCheckpointStore()
     _, _, root = build()
@@ -510,10 +586,12 @@ async def test_fa11_interrupt_events_are_never_recorded() -> None:
 async def test_fa12_only_the_last_own_action_decides() -> None:
     """FA-12: a transfer followed by another own event is cancelled; a nested (foreign) event's
     transfer is ignored, and foreign events after an own transfer do not cancel it."""
-    foreign_transfer = rk.AgentEvent("X", (rk.RunStep("X"),), action=rk.AgentAction(
-        transfer_to_agent=rk.TransferToAgentAction("B")))
-    foreign_text = rk.AgentEvent("X", (rk.RunStep("X"),),
-                                 rk.AgentOutput(rk.Message.assistant("x")))
+    foreign_transfer = rk.AgentEvent(
+        "X",
+        (rk.RunStep("X"),),
+        action=rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B")),
+    )
+    foreign_text = rk.AgentEvent("X", (rk.RunStep("X"),), rk.AgentOutput(rk.Message.assistant("x")))
 
     async def run_with(steps: list[Any]) -> tuple[list[Any], ScriptedAgent]:
         b = ScriptedAgent("B", ["b1"])
@@ -527,8 +605,11 @@ async def test_fa12_only_the_last_own_action_decides() -> None:
     assert events[-1] == ("X", ["X"], None, "transfer:B") and b.started == 0
 
     events, b = await run_with([transfer("B"), foreign_text])
-    assert events == [("A", ["A"], None, "transfer:B"), ("X", ["X"], "x", None),
-                      ("B", ["A", "B"], "b1", None)]
+    assert events == [
+        ("A", ["A"], None, "transfer:B"),
+        ("X", ["X"], "x", None),
+        ("B", ["A", "B"], "b1", None),
+    ]
 
 
 async def test_fa12_exit_and_interrupt_stop() -> None:
@@ -592,13 +673,15 @@ async def test_fa13_error_stops_a_transfer_chain() -> None:
 
 
 # -- FA-14: resume -----------------------------------------------------------------------------
-def _three_levels(resumable: bool = True, with_leaf: bool = True
-                  ) -> tuple[ScriptedAgent, ScriptedAgent, Any, rk.FlowAgent]:
+def _three_levels(
+    resumable: bool = True, with_leaf: bool = True
+) -> tuple[ScriptedAgent, ScriptedAgent, Any, rk.FlowAgent]:
     r = ScriptedAgent("R", ["r1", transfer("M")])
     m = ScriptedAgent("M", ["m1", transfer("L")])
     steps: list[Any] = ["l1", interrupt_step("ask")]
-    leaf: Any = (ResumableScriptedAgent("L", steps, ["l2"]) if resumable
-                 else ScriptedAgent("L", steps))
+    leaf: Any = (
+        ResumableScriptedAgent("L", steps, ["l2"]) if resumable else ScriptedAgent("L", steps)
+    )
     other = ScriptedAgent("Other")
     tree = rk.set_sub_agents(r, [rk.set_sub_agents(m, [leaf if with_leaf else other])])
     return r, m, leaf, tree
@@ -631,8 +714,9 @@ async def test_fa14_non_resumable_interrupt_point_is_an_error() -> None:
     assert len(resumed) == 1
     agent, path, text, kind = resumed[0]
     assert (agent, path, kind) == ("L", ["R", "M", "L"], "error")
-    assert text == ("failed to resume agent: agent 'L' is an interrupt point but is not a "
-                    "ResumableAgent")
+    assert text == (
+        "failed to resume agent: agent 'L' is an interrupt point but is not a ResumableAgent"
+    )
     assert leaf.started == 0
 
 
@@ -643,8 +727,9 @@ async def test_fa14_unknown_agent_on_the_path_is_an_error() -> None:
     await run_summary(rk.Runner(tree, checkpoint_store=store), "hi", checkpoint_id="c")
     _, _, _, tree = _three_levels(with_leaf=False)
     resumed = await summarize(await collect(rk.Runner(tree, checkpoint_store=store).resume("c")))
-    assert resumed == [("M", ["R", "M"],
-                        "failed to resume agent: sub-agent 'L' not found in agent 'M'", "error")]
+    assert resumed == [
+        ("M", ["R", "M"], "failed to resume agent: sub-agent 'L' not found in agent 'M'", "error")
+    ]
 
 
 async def test_fa14_exception_in_resume_is_an_error_event() -> None:
@@ -674,10 +759,16 @@ async def test_fa15_same_agents_in_two_trees_do_not_share_state() -> None:
 
     assert (await run_summary(rk.Runner(tree1), "hi"))[-1] == ("B", ["A", "B"], "b1", None)
     assert (await run_summary(rk.Runner(tree2), "hi"))[-1] == (
-        "A", ["A"], not_found("B", "A"), "error")
+        "A",
+        ["A"],
+        not_found("B", "A"),
+        "error",
+    )
     assert (await run_summary(rk.Runner(tree3), "hi"))[-1] == ("B", ["X", "B"], "b1", None)
-    assert b.input_texts == [["hi", "For context: [A] said: a1."],
-                             ["hi", "For context: [X] said: x1."]]
+    assert b.input_texts == [
+        ["hi", "For context: [A] said: a1."],
+        ["hi", "For context: [X] said: x1."],
+    ]
 
 
 async def test_fa15_concurrent_runs_of_one_tree_do_not_share_history() -> None:
@@ -698,16 +789,22 @@ async def test_fa15_concurrent_runs_of_one_tree_do_not_share_history() -> None:
     runner = rk.Runner(rk.set_sub_agents(Chatty("P"), [Echo("E")]))
     one, two = await asyncio.gather(run_summary(runner, "one"), run_summary(runner, "two"))
     for text, events in (("one", one), ("two", two)):
-        assert events[-1] == ("E", ["P", "E"], "|".join(
-            [text, *(f"For context: [P] said: {text}-{i}." for i in range(3))]), None)
+        assert events[-1] == (
+            "E",
+            ["P", "E"],
+            "|".join([text, *(f"For context: [P] said: {text}-{i}." for i in range(3))]),
+            None,
+        )
 
 
 @pytest.mark.parametrize("read_early", [True, False], ids=["caller-first", "history-first"])
 async def test_fa16_streamed_message_is_recorded_and_delivered_in_full(read_early: bool) -> None:
     """FA-16: a streamed message reaches the caller chunk by chunk in full and the next agent's
     history complete, whichever reads it first."""
-    a = ScriptedAgent("A", [lambda ctx: rk.AgentEvent.from_message(
-        stream_of("Hel", "lo ", "world")), transfer("B")])
+    a = ScriptedAgent(
+        "A",
+        [lambda ctx: rk.AgentEvent.from_message(stream_of("Hel", "lo ", "world")), transfer("B")],
+    )
     b = ScriptedAgent("B", ["b1"])
     runner = rk.Runner(rk.set_sub_agents(a, [b]), streaming=True)
     events: list[rk.AgentEvent] = []
@@ -739,14 +836,19 @@ async def test_fa17_will_retry_stream_is_left_out_of_history(custom_rewriter: bo
         entries.extend(got)
         return [e.message for e in got]
 
-    a = ScriptedAgent("A", [
-        lambda ctx: rk.AgentEvent.from_message(
-            stream_of("par", "tial", error=rk.errors.WillRetryError("retrying"))),
-        lambda ctx: rk.AgentEvent.from_message(stream_of("fi", "nal")),
-        lambda ctx: rk.AgentEvent.from_message(
-            stream_of("again", error=rk.errors.WillRetryError("retrying", 2))),
-        transfer("B"),
-    ])
+    a = ScriptedAgent(
+        "A",
+        [
+            lambda ctx: rk.AgentEvent.from_message(
+                stream_of("par", "tial", error=rk.errors.WillRetryError("retrying"))
+            ),
+            lambda ctx: rk.AgentEvent.from_message(stream_of("fi", "nal")),
+            lambda ctx: rk.AgentEvent.from_message(
+                stream_of("again", error=rk.errors.WillRetryError("retrying", 2))
+            ),
+            transfer("B"),
+        ],
+    )
     b = ScriptedAgent("B", ["b1"])
     b_agent = rk.as_flow_agent(b, history_rewriter=rewriter) if custom_rewriter else b
     events = await collect(rk.Runner(rk.set_sub_agents(a, [b_agent])).query("hi"))
@@ -771,10 +873,16 @@ async def test_fa17_will_retry_stream_stays_out_after_a_checkpoint() -> None:
     out of the history after a resume in a new Runner; the caller saw no error event."""
 
     def build() -> tuple[ScriptedAgent, rk.FlowAgent]:
-        a = ScriptedAgent("A", [
-            lambda ctx: rk.AgentEvent.from_message(
-                stream_of("par", "tial", error=rk.errors.WillRetryError("retrying"))),
-            "final", transfer("B")])
+        a = ScriptedAgent(
+            "A",
+            [
+                lambda ctx: rk.AgentEvent.from_message(
+                    stream_of("par", "tial", error=rk.errors.WillRetryError("retrying"))
+                ),
+                "final",
+                transfer("B"),
+            ],
+        )
         b = ResumableScriptedAgent("B", ["b1", interrupt_step("ok?")], ["b2", transfer("C")])
         c = ScriptedAgent("C", ["c1"])
         return c, rk.set_sub_agents(a, [rk.set_sub_agents(b, [c])])
@@ -792,5 +900,11 @@ async def test_fa17_will_retry_stream_stays_out_after_a_checkpoint() -> None:
     c, tree = build()
     resumed = await summarize(await collect(rk.Runner(tree, checkpoint_store=store).resume("w")))
     assert resumed[-1] == ("C", ["A", "B", "C"], "c1", None)
-    assert c.input_texts == [["hi", "For context: [A] said: final.", "For context: [B] said: b1.",
-                              "For context: [B] said: b2."]]
+    assert c.input_texts == [
+        [
+            "hi",
+            "For context: [A] said: final.",
+            "For context: [B] said: b1.",
+            "For context: [B] said: b2.",
+        ]
+    ]

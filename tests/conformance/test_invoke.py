@@ -15,8 +15,10 @@ from .helpers import ScriptedAgent, stream_of
 
 
 async def test_invoke_returns_the_last_message_and_every_event() -> None:
-    tree = rk.set_sub_agents(ScriptedAgent("R", ["routing", rk.AgentEvent.transfer("A")]),
-                             [ScriptedAgent("A", ["first", "the answer"])])
+    tree = rk.set_sub_agents(
+        ScriptedAgent("R", ["routing", rk.AgentEvent.transfer("A")]),
+        [ScriptedAgent("A", ["first", "the answer"])],
+    )
     result = await rk.Runner(tree).invoke("hi")
     assert result.output is not None and result.output.content == "the answer"
     assert [ev.agent_name for ev in result.events] == ["R", "R", "A", "A"]
@@ -31,8 +33,10 @@ async def test_invoke_accepts_a_message_list_and_collects_streams() -> None:
 
 
 async def test_invoke_raises_agent_run_error_for_a_final_agent_error() -> None:
-    tree = rk.set_sub_agents(ScriptedAgent("R", [rk.AgentEvent.transfer("A")]),
-                             [ScriptedAgent("A", ["partial", ValueError("boom")])])
+    tree = rk.set_sub_agents(
+        ScriptedAgent("R", [rk.AgentEvent.transfer("A")]),
+        [ScriptedAgent("A", ["partial", ValueError("boom")])],
+    )
     with pytest.raises(rk.AgentRunError) as caught:
         await rk.Runner(tree).invoke("hi")
     err = caught.value
@@ -43,13 +47,15 @@ async def test_invoke_raises_agent_run_error_for_a_final_agent_error() -> None:
 
 async def test_invoke_returns_an_interrupt_with_its_checkpoint_and_resumes() -> None:
     class Approve(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             yield AgentEvent.from_message(Message.assistant("asking"))
             yield rk.interrupt(ctx, {"question": "approve?"})
 
-        async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                         **options: Any) -> AsyncIterator[AgentEvent]:
+        async def resume(
+            self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             yield AgentEvent.from_message(Message.assistant(f"approved={info.resume_data}"))
 
     runner = rk.Runner(Approve("A"), checkpoint_store=rk.InMemoryCheckpointStore())
@@ -69,8 +75,9 @@ async def test_runner_level_error_does_not_raise() -> None:
             raise OSError("disk full")
 
     class Asks(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             yield rk.interrupt(ctx, "approve?")
 
     result = await rk.Runner(Asks("A"), checkpoint_store=Broken()).invoke("hi")

@@ -18,16 +18,29 @@ from .resume_worker import interrupt
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def test_two_processes_resuming_one_checkpoint_pay_once(database_url: str,
-                                                              tmp_path: Path) -> None:
+async def test_two_processes_resuming_one_checkpoint_pay_once(
+    database_url: str, tmp_path: Path
+) -> None:
     url = database_url
     checkpoint_id = f"race-{uuid.uuid4().hex}"
     await interrupt(url, checkpoint_id)
     folder = tmp_path / "race"
     folder.mkdir()
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.conformance.resume_worker", url,
-                               checkpoint_id, str(folder), name], cwd=ROOT)
-             for name in ("p1", "p2")]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.conformance.resume_worker",
+                url,
+                checkpoint_id,
+                str(folder),
+                name,
+            ],
+            cwd=ROOT,
+        )
+        for name in ("p1", "p2")
+    ]
     (folder / "go").touch()
     for proc in procs:
         assert proc.wait(timeout=60) == 0

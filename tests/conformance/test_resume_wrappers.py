@@ -11,12 +11,14 @@ from relaykit import AgentEvent, Message
 
 
 class _Asks(rk.BaseAgent):
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         yield rk.interrupt(ctx, "approve?")
 
-    async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                     **options: Any) -> AsyncIterator[AgentEvent]:
+    async def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         yield AgentEvent.from_message(Message.assistant("resumed"))
 
 
@@ -27,15 +29,17 @@ class PlainWrapper(rk.BaseAgent):
         super().__init__("W", "wraps a tree")
         self.inner = inner
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         async for ev in self.inner.run(ctx, input):
             yield ev
 
 
 class ResumableWrapper(PlainWrapper):
-    async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                     **options: Any) -> AsyncIterator[AgentEvent]:
+    async def resume(
+        self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         async for ev in self.inner.resume(ctx, info):
             yield ev
 
@@ -51,13 +55,13 @@ async def test_resume_through_a_wrapper_that_is_not_resumable_names_it() -> None
     assert str(events[0].error) == (
         "failed to resume agent: agent 'W' (type PlainWrapper) has no sub-agents and does not "
         "implement ResumableAgent interface. To support resume, your custom agent wrapper "
-        "must implement the ResumableAgent interface")
+        "must implement the ResumableAgent interface"
+    )
 
 
 async def test_resume_through_a_resumable_wrapper_reaches_the_inner_tree() -> None:
     store = rk.InMemoryCheckpointStore()
-    runner = rk.Runner(ResumableWrapper(rk.as_flow_agent(_Asks("inner"))),
-                       checkpoint_store=store)
+    runner = rk.Runner(ResumableWrapper(rk.as_flow_agent(_Asks("inner"))), checkpoint_store=store)
     await runner.invoke("hi", checkpoint_id="c1")
     result = await runner.invoke_resume("c1")
     assert result.output is not None and result.output.content == "resumed"

@@ -61,11 +61,13 @@ def agent_seg(name: str) -> rk.AddressSegment:
 
 
 # -- RN-01 -------------------------------------------------------------------------------------
-def _approval_tree(state: Any = None) -> tuple[ScriptedAgent, ResumableScriptedAgent,
-                                               ScriptedAgent, rk.FlowAgent]:
+def _approval_tree(
+    state: Any = None,
+) -> tuple[ScriptedAgent, ResumableScriptedAgent, ScriptedAgent, rk.FlowAgent]:
     r = ScriptedAgent("R", ["r1", transfer("A")])
-    a = ResumableScriptedAgent("A", ["a1", interrupt_step("approve?", state)],
-                               ["a2", transfer("B")])
+    a = ResumableScriptedAgent(
+        "A", ["a1", interrupt_step("approve?", state)], ["a2", transfer("B")]
+    )
     b = ScriptedAgent("B", ["b1"])
     return r, a, b, rk.set_sub_agents(r, [rk.set_sub_agents(a, [b])])
 
@@ -106,8 +108,14 @@ async def test_rn01_interrupt_saves_checkpoint_and_new_runner_resumes() -> None:
     assert info.interrupt_state == State(1, "x")
     assert info.interrupt_info is not None and info.interrupt_info.data == "approve?"
     assert [c.id for c in info.interrupt_info.contexts] == [ctx.id]
-    assert b.input_texts == [["hi", "For context: [R] said: r1.", "For context: [A] said: a1.",
-                              "For context: [A] said: a2."]]
+    assert b.input_texts == [
+        [
+            "hi",
+            "For context: [R] said: r1.",
+            "For context: [A] said: a1.",
+            "For context: [A] said: a2.",
+        ]
+    ]
 
 
 async def test_rn01_checkpoints_only_with_a_store_and_an_interrupt() -> None:
@@ -121,8 +129,9 @@ async def test_rn01_checkpoints_only_with_a_store_and_an_interrupt() -> None:
     interrupted = events[-1].action.interrupted
     assert interrupted is not None and interrupted.checkpoint_id is not None
     assert await store.get(interrupted.checkpoint_id) is not None
-    await run_summary(rk.Runner(ScriptedAgent("A", ["done"]), checkpoint_store=store), "hi",
-                      checkpoint_id="cp")
+    await run_summary(
+        rk.Runner(ScriptedAgent("A", ["done"]), checkpoint_store=store), "hi", checkpoint_id="cp"
+    )
     assert await store.get("cp") is None
     runner = rk.Runner(ScriptedAgent("A", ["done"]))
     with pytest.raises(errors.ConfigurationError, match="checkpoint store"):
@@ -132,16 +141,16 @@ async def test_rn01_checkpoints_only_with_a_store_and_an_interrupt() -> None:
 
 
 # -- RN-02, RN-04, RN-07: two interrupt points -------------------------------------------------
-def _fanout() -> tuple[FanoutAgent, ResumableScriptedAgent, ResumableScriptedAgent,
-                       ScriptedAgent]:
+def _fanout() -> tuple[FanoutAgent, ResumableScriptedAgent, ResumableScriptedAgent, ScriptedAgent]:
     l1 = leaf("L1", "need L1", State(1))
     l2 = leaf("L2", "need L2", State(2))
     ok = ScriptedAgent("OK", ["ok1"])
     return FanoutAgent("F", [l1, ok, l2]), l1, l2, ok
 
 
-async def _interrupted_fanout(store: rk.InMemoryCheckpointStore,
-                              cp: str = "cp") -> list[rk.AgentEvent]:
+async def _interrupted_fanout(
+    store: rk.InMemoryCheckpointStore, cp: str = "cp"
+) -> list[rk.AgentEvent]:
     fan, *_ = _fanout()
     return await collect(rk.Runner(fan, checkpoint_store=store).query("hi", checkpoint_id=cp))
 
@@ -154,13 +163,24 @@ async def test_rn02_targeted_resume_marks_only_targets() -> None:
     contexts = interrupt_contexts(await _interrupted_fanout(store))
     ids = {c.info: c.id for c in contexts}
     fan, l1, l2, ok = _fanout()
-    await collect(rk.Runner(fan, checkpoint_store=store).resume(
-        "cp", targets={ids["need L1"]: {"approved": True}}))
+    await collect(
+        rk.Runner(fan, checkpoint_store=store).resume(
+            "cp", targets={ids["need L1"]: {"approved": True}}
+        )
+    )
     (i1,), (i2,) = l1.resume_infos, l2.resume_infos
     assert (i1.was_interrupted, i1.is_resume_target, i1.resume_data, i1.interrupt_state) == (
-        True, True, {"approved": True}, State(1))
+        True,
+        True,
+        {"approved": True},
+        State(1),
+    )
     assert (i2.was_interrupted, i2.is_resume_target, i2.resume_data, i2.interrupt_state) == (
-        True, False, None, State(2))
+        True,
+        False,
+        None,
+        State(2),
+    )
     (fi,) = fan.resume_infos
     assert fi.was_interrupted and fi.is_resume_target and fi.resume_data is None
     assert fi.interrupt_state == ["L1", "L2"]
@@ -172,8 +192,11 @@ async def test_rn02_target_with_none_data_is_still_a_target() -> None:
     store = rk.InMemoryCheckpointStore()
     ids = {c.info: c.id for c in interrupt_contexts(await _interrupted_fanout(store))}
     fan, l1, l2, _ = _fanout()
-    events = await summarize(await collect(rk.Runner(fan, checkpoint_store=store).resume(
-        "cp", targets={ids["need L2"]: None})))
+    events = await summarize(
+        await collect(
+            rk.Runner(fan, checkpoint_store=store).resume("cp", targets={ids["need L2"]: None})
+        )
+    )
     assert l2.resume_infos[0].is_resume_target and not l1.resume_infos[0].is_resume_target
     assert ("L2", ["F", "L2"], "L2 done None", None) in events
 
@@ -203,19 +226,33 @@ async def test_rn04_interrupt_contexts_ids_addresses_and_parents() -> None:
     assert interrupted is not None and interrupted.data == "F interrupted"
     c1, c2 = interrupted.contexts
     assert (c1.info, c1.address, c1.is_root_cause) == (
-        "need L1", (agent_seg("F"), agent_seg("L1")), True)
+        "need L1",
+        (agent_seg("F"), agent_seg("L1")),
+        True,
+    )
     assert (c2.info, c2.address, c2.is_root_cause) == (
-        "need L2", (agent_seg("F"), agent_seg("L2")), True)
+        "need L2",
+        (agent_seg("F"), agent_seg("L2")),
+        True,
+    )
     assert c1.id and c2.id and c1.id != c2.id
     for c in (c1, c2):
         assert c.parent is not None
         assert (c.parent.info, c.parent.address, c.parent.is_root_cause, c.parent.parent) == (
-            "F interrupted", (agent_seg("F"),), False, None)
+            "F interrupted",
+            (agent_seg("F"),),
+            False,
+            None,
+        )
         assert c.parent.id not in (c1.id, c2.id)
     assert c1.parent.id == c2.parent.id  # type: ignore[union-attr]
-    expected = rk.InterruptContext("x", (agent_seg("F"), agent_seg("L1")), "need L1", True,
-                                   rk.InterruptContext("y", (agent_seg("F"),), "F interrupted",
-                                                       False))
+    expected = rk.InterruptContext(
+        "x",
+        (agent_seg("F"), agent_seg("L1")),
+        "need L1",
+        True,
+        rk.InterruptContext("y", (agent_seg("F"),), "F interrupted", False),
+    )
     assert c1.equals_without_id(expected)
 
 
@@ -236,7 +273,11 @@ async def test_rn04_tool_segment_and_single_interrupt_context() -> None:
     events = await collect(rk.Runner(ScriptedAgent("A", [interrupt_step("hello")])).query("hi"))
     (ctx,) = interrupt_contexts(events)
     assert (ctx.address, ctx.info, ctx.is_root_cause, ctx.parent) == (
-        (agent_seg("A"),), "hello", True, None)
+        (agent_seg("A"),),
+        "hello",
+        True,
+        None,
+    )
     assert events[-1].action.interrupted.data == "hello"  # type: ignore[union-attr]
 
 
@@ -244,8 +285,7 @@ async def test_rn04_nested_composites_link_every_ancestor() -> None:
     """RN-04 / D8: a root cause under two composites links to both through ``parent``; on a
     targeted resume both composites are resume targets and pass the resume down."""
 
-    def build() -> tuple[FanoutAgent, FanoutAgent, ResumableScriptedAgent,
-                         ResumableScriptedAgent]:
+    def build() -> tuple[FanoutAgent, FanoutAgent, ResumableScriptedAgent, ResumableScriptedAgent]:
         l1, l2 = leaf("L1", "need L1", State(1)), leaf("L2", "need L2")
         inner = FanoutAgent("F2", [l1])
         return FanoutAgent("F1", [inner, l2]), inner, l1, l2
@@ -269,8 +309,9 @@ async def test_rn04_nested_composites_link_every_ancestor() -> None:
     assert shallow.parent.id == deep.parent.parent.id  # type: ignore[union-attr]
 
     outer, inner, l1, l2 = build()
-    resumed = await collect(rk.Runner(outer, checkpoint_store=store).resume(
-        "n", targets={deep.id: "go"}))
+    resumed = await collect(
+        rk.Runner(outer, checkpoint_store=store).resume("n", targets={deep.id: "go"})
+    )
     assert (await summarize(resumed))[0] == ("L1", ["F1", "F2", "L1"], "L1 done go", None)
     assert outer.resume_infos[0].is_resume_target and inner.resume_infos[0].is_resume_target
     assert l1.resume_infos[0].interrupt_state == State(1)
@@ -330,8 +371,9 @@ async def test_rn05_breaking_early_with_a_checkpoint_id_and_on_resume() -> None:
     store = rk.InMemoryCheckpointStore()
     c = ScriptedAgent("C", ["c1", "c2"])
     tree = rk.set_sub_agents(ScriptedAgent("R", ["r1", transfer("C")]), [c])
-    async with contextlib.aclosing(rk.Runner(tree, checkpoint_store=store).query(
-            "hi", checkpoint_id="x")) as it:
+    async with contextlib.aclosing(
+        rk.Runner(tree, checkpoint_store=store).query("hi", checkpoint_id="x")
+    ) as it:
         async for ev in it:
             if ev.agent_name == "C":
                 break
@@ -354,14 +396,18 @@ async def test_rn06_registered_state_round_trips() -> None:
     state = State(3, "note", ("k", 7), Inner(["a", "b"], b"\x00\xff"))
     store = rk.InMemoryCheckpointStore()
     a = ResumableScriptedAgent("A", [interrupt_step("info", state)], ["done"])
-    await collect(rk.Runner(a, checkpoint_store=store).run(
-        [user("hi")], checkpoint_id="cp", session_values={"k": State(9)}))
+    await collect(
+        rk.Runner(a, checkpoint_store=store).run(
+            [user("hi")], checkpoint_id="cp", session_values={"k": State(9)}
+        )
+    )
     raw = await store.get("cp")
     assert raw is not None and b'"tests.State"' in raw
 
     seen_values: list[Any] = []
-    fresh = ResumableScriptedAgent("A", [], [lambda ctx: seen_values.append(
-        ctx.get_session_value("k"))])
+    fresh = ResumableScriptedAgent(
+        "A", [], [lambda ctx: seen_values.append(ctx.get_session_value("k"))]
+    )
     assert await run_resume(rk.Runner(fresh, checkpoint_store=store), "cp") == []
     got = fresh.resume_infos[0].interrupt_state
     assert got == state and type(got) is State and type(got.inner) is Inner
@@ -388,14 +434,22 @@ async def test_rn06_unregistered_state_fails_to_save_clearly() -> None:
         await collect(rk.Runner(a, checkpoint_store=store).resume("cp"))
 
 
-@pytest.mark.parametrize(("tamper", "problem"), [
-    (lambda b: b.replace(b'"tests.State"', b'"tests.Missing"'),
-     "unknown type name 'tests.Missing'"),
-    (lambda b: b.replace(b'"version":1', b'"version":99'), "format version 99"),
-    (lambda b: b"{not json" + b, "not JSON"),
-    (lambda b: b.replace(b'"format":"relaykit/checkpoint"', b'"format":"other"'),
-     "not a relaykit"),
-], ids=["unknown-type", "newer-version", "invalid-json", "wrong-format"])
+@pytest.mark.parametrize(
+    ("tamper", "problem"),
+    [
+        (
+            lambda b: b.replace(b'"tests.State"', b'"tests.Missing"'),
+            "unknown type name 'tests.Missing'",
+        ),
+        (lambda b: b.replace(b'"version":1', b'"version":99'), "format version 99"),
+        (lambda b: b"{not json" + b, "not JSON"),
+        (
+            lambda b: b.replace(b'"format":"relaykit/checkpoint"', b'"format":"other"'),
+            "not a relaykit",
+        ),
+    ],
+    ids=["unknown-type", "newer-version", "invalid-json", "wrong-format"],
+)
 async def test_rn06_tampered_checkpoint_fails_to_load(tamper: Any, problem: str) -> None:
     """RN-06: unknown type names, a newer format version and corrupt bytes fail to load with a
     SerializationError naming the problem, before any agent runs."""
@@ -418,14 +472,20 @@ async def test_rn06_signed_checkpoints_detect_tampering() -> None:
     signature fails to load with a SerializationError; the untouched checkpoint loads."""
     store = rk.InMemoryCheckpointStore()
     a = ResumableScriptedAgent("A", ["a1", interrupt_step("info", State(1, "n"))], ["done"])
-    await collect(rk.Runner(a, checkpoint_store=store, checkpoint_signing_key=b"k").query(
-        "hi", checkpoint_id="cp"))
+    await collect(
+        rk.Runner(a, checkpoint_store=store, checkpoint_signing_key=b"k").query(
+            "hi", checkpoint_id="cp"
+        )
+    )
     raw = await store.get("cp")
     assert raw is not None and b'"signature"' in raw
 
     def fresh_runner(key: bytes | None) -> rk.Runner:
-        return rk.Runner(ResumableScriptedAgent("A", [], ["done"]), checkpoint_store=store,
-                         checkpoint_signing_key=key)
+        return rk.Runner(
+            ResumableScriptedAgent("A", [], ["done"]),
+            checkpoint_store=store,
+            checkpoint_signing_key=key,
+        )
 
     await store.set("cp", raw.replace(b'"note":"n"', b'"note":"m"'))
     with pytest.raises(errors.SerializationError, match="signature"):
@@ -450,8 +510,7 @@ async def test_rn07_unknown_target_is_a_resume_target_error() -> None:
     await _interrupted_fanout(store)
     fan, l1, l2, _ = _fanout()
     with pytest.raises(errors.ResumeTargetError, match="bogus-id") as caught:
-        await collect(rk.Runner(fan, checkpoint_store=store).resume(
-            "cp", targets={"bogus-id": 1}))
+        await collect(rk.Runner(fan, checkpoint_store=store).resume("cp", targets={"bogus-id": 1}))
     assert caught.value.target_id == "bogus-id"
     assert fan.resume_infos == [] and l1.resume_infos == [] and l2.resume_infos == []
 
@@ -464,8 +523,10 @@ async def test_rn07_resume_all_resumes_every_point() -> None:
         await _interrupted_fanout(store)
         fan, l1, l2, _ = _fanout()
         events = await run_resume(rk.Runner(fan, checkpoint_store=store), "cp", targets=targets)
-        assert events == [("L1", ["F", "L1"], "L1 done None", None),
-                          ("L2", ["F", "L2"], "L2 done None", None)]
+        assert events == [
+            ("L1", ["F", "L1"], "L1 done None", None),
+            ("L2", ["F", "L2"], "L2 done None", None),
+        ]
         for info in (l1.resume_infos[0], l2.resume_infos[0]):
             assert info.is_resume_target and info.resume_data is None and info.was_interrupted
 
@@ -480,24 +541,34 @@ async def test_rn07_targeted_resume_keeps_the_other_point_pending_with_same_id()
     parent_id = first[0].parent.id  # type: ignore[union-attr]
 
     fan, l1, l2, ok = _fanout()
-    events = await collect(rk.Runner(fan, checkpoint_store=store).resume(
-        "cp", targets={ids["need L1"]: "yes"}))
-    assert await summarize(events) == [("L1", ["F", "L1"], "L1 done yes", None),
-                                       ("F", ["F"], None, "interrupt")]
+    events = await collect(
+        rk.Runner(fan, checkpoint_store=store).resume("cp", targets={ids["need L1"]: "yes"})
+    )
+    assert await summarize(events) == [
+        ("L1", ["F", "L1"], "L1 done yes", None),
+        ("F", ["F"], None, "interrupt"),
+    ]
     (again,) = interrupt_contexts(events)
     assert (again.id, again.info, again.address) == (
-        ids["need L2"], "need L2", (agent_seg("F"), agent_seg("L2")))
+        ids["need L2"],
+        "need L2",
+        (agent_seg("F"), agent_seg("L2")),
+    )
     assert again.parent is not None and again.parent.id == parent_id
     assert l2.resume_infos[0].interrupt_state == State(2)
 
     # The stale id of the answered point is gone from the new checkpoint.
     with pytest.raises(errors.ResumeTargetError):
-        await collect(rk.Runner(_fanout()[0], checkpoint_store=store).resume(
-            "cp", targets={ids["need L1"]: "again"}))
+        await collect(
+            rk.Runner(_fanout()[0], checkpoint_store=store).resume(
+                "cp", targets={ids["need L1"]: "again"}
+            )
+        )
 
     fan, l1, l2, ok = _fanout()
-    events = await collect(rk.Runner(fan, checkpoint_store=store).resume(
-        "cp", targets={ids["need L2"]: "ok"}))
+    events = await collect(
+        rk.Runner(fan, checkpoint_store=store).resume("cp", targets={ids["need L2"]: "ok"})
+    )
     assert await summarize(events) == [("L2", ["F", "L2"], "L2 done ok", None)]
     assert l1.resume_infos == [] and ok.started == 0
     assert l2.resume_infos[0].interrupt_state == State(2)
@@ -509,23 +580,32 @@ async def test_rn07_ids_are_stable_by_address() -> None:
     store = rk.InMemoryCheckpointStore()
 
     def build() -> rk.FlowAgent:
-        a = ResumableScriptedAgent("A", [interrupt_step("q1")], lambda ctx, info: (
-            [interrupt_step("q2")] if info.interrupt_info and info.interrupt_info.data == "q1"
-            else ["a done", transfer("B")]))
+        a = ResumableScriptedAgent(
+            "A",
+            [interrupt_step("q1")],
+            lambda ctx, info: (
+                [interrupt_step("q2")]
+                if info.interrupt_info and info.interrupt_info.data == "q1"
+                else ["a done", transfer("B")]
+            ),
+        )
         b = ResumableScriptedAgent("B", [interrupt_step("qb")], ["b done"])
         return rk.set_sub_agents(a, [b])
 
-    first = interrupt_contexts(await collect(
-        rk.Runner(build(), checkpoint_store=store).query("hi", checkpoint_id="s")))
-    second = interrupt_contexts(await collect(
-        rk.Runner(build(), checkpoint_store=store).resume("s")))
+    first = interrupt_contexts(
+        await collect(rk.Runner(build(), checkpoint_store=store).query("hi", checkpoint_id="s"))
+    )
+    second = interrupt_contexts(
+        await collect(rk.Runner(build(), checkpoint_store=store).resume("s"))
+    )
     assert [(c.info, c.id) for c in second] == [("q2", first[0].id)]
     third = await collect(rk.Runner(build(), checkpoint_store=store).resume("s"))
     (b_ctx,) = interrupt_contexts(third)
     assert b_ctx.info == "qb" and b_ctx.address == (agent_seg("A"), agent_seg("B"))
     assert b_ctx.id != first[0].id
-    done = await run_resume(rk.Runner(build(), checkpoint_store=store), "s",
-                            targets={b_ctx.id: None})
+    done = await run_resume(
+        rk.Runner(build(), checkpoint_store=store), "s", targets={b_ctx.id: None}
+    )
     assert done == [("B", ["A", "B"], "b done", None)]
 
 
@@ -538,12 +618,14 @@ async def test_rn01_session_values_are_saved_and_can_be_overridden_on_resume() -
         ctx.set_session_value("written", "before")
 
     a = ResumableScriptedAgent("A", [writer, interrupt_step("q")])
-    await collect(rk.Runner(a, checkpoint_store=store).run(
-        [user("hi")], checkpoint_id="v", session_values={"given": 1, "other": 2}))
+    await collect(
+        rk.Runner(a, checkpoint_store=store).run(
+            [user("hi")], checkpoint_id="v", session_values={"given": 1, "other": 2}
+        )
+    )
     seen: list[dict[str, Any]] = []
     fresh = ResumableScriptedAgent("A", [], [lambda ctx: seen.append(dict(ctx.session_values))])
-    await collect(rk.Runner(fresh, checkpoint_store=store).resume(
-        "v", session_values={"other": 3}))
+    await collect(rk.Runner(fresh, checkpoint_store=store).resume("v", session_values={"other": 3}))
     assert seen == [{"given": 1, "other": 3, "written": "before"}]
 
 
@@ -572,8 +654,10 @@ def test_ar10_tree_validation_when_the_runner_is_built() -> None:
     rejected with ConfigurationError when the Runner is built."""
     Cfg = errors.ConfigurationError
 
-    dup = rk.set_sub_agents(ScriptedAgent("R"), [
-        ScriptedAgent("A"), rk.set_sub_agents(ScriptedAgent("B"), [ScriptedAgent("A")])])
+    dup = rk.set_sub_agents(
+        ScriptedAgent("R"),
+        [ScriptedAgent("A"), rk.set_sub_agents(ScriptedAgent("B"), [ScriptedAgent("A")])],
+    )
     with pytest.raises(Cfg, match="duplicate agent name 'A'"):
         rk.Runner(dup)
 
@@ -591,11 +675,14 @@ def test_ar10_tree_validation_when_the_runner_is_built() -> None:
     with pytest.raises(Cfg, match="contains itself"):
         rk.Runner(top)
 
-    cyc = rk.set_sub_agents(ScriptedAgent("R"), [
-        rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y"]),
-        rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
-        rk.with_deterministic_transfer(ScriptedAgent("Z"), ["X"]),
-    ])
+    cyc = rk.set_sub_agents(
+        ScriptedAgent("R"),
+        [
+            rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y"]),
+            rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
+            rk.with_deterministic_transfer(ScriptedAgent("Z"), ["X"]),
+        ],
+    )
     with pytest.raises(Cfg, match="deterministic transfers form a cycle"):
         rk.Runner(cyc)
     with pytest.raises(Cfg, match="cycle: X -> X"):
@@ -603,5 +690,9 @@ def test_ar10_tree_validation_when_the_runner_is_built() -> None:
 
     # The same names in two separate trees, and an acyclic chain, are fine.
     rk.Runner(rk.set_sub_agents(ScriptedAgent("R"), [ScriptedAgent("A")]))
-    rk.Runner(rk.set_sub_agents(ScriptedAgent("R"), [
-        rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y", "R"]), ScriptedAgent("Y")]))
+    rk.Runner(
+        rk.set_sub_agents(
+            ScriptedAgent("R"),
+            [rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y", "R"]), ScriptedAgent("Y")],
+        )
+    )

@@ -49,16 +49,16 @@ class Payments:
 
 
 def _desk(payments: Payments, orders: list[str]) -> rk.ChatModelAgent:
-    calls = [ToolCall(f"c{i}", "refund", json.dumps({"order_id": o}))
-             for i, o in enumerate(orders)]
+    calls = [ToolCall(f"c{i}", "refund", json.dumps({"order_id": o})) for i, o in enumerate(orders)]
 
     def respond(request: rk.ModelRequest) -> Message:
         if request.messages[-1].role == "tool":
             return Message.assistant("done")
         return Message.assistant("", calls)
 
-    return rk.ChatModelAgent("desk", "refunds", "Refund.", rk.ScriptedModel(_forever(respond)),
-                             tools=[payments.tool()])
+    return rk.ChatModelAgent(
+        "desk", "refunds", "Refund.", rk.ScriptedModel(_forever(respond)), tools=[payments.tool()]
+    )
 
 
 def _forever(respond: Any) -> Any:
@@ -78,8 +78,11 @@ async def _drain(events: AsyncIterator[AgentEvent]) -> list[AgentEvent]:
 
 
 def _texts(events: list[AgentEvent]) -> list[str]:
-    return [ev.output.message.content for ev in events
-            if ev.output is not None and ev.output.message is not None]
+    return [
+        ev.output.message.content
+        for ev in events
+        if ev.output is not None and ev.output.message is not None
+    ]
 
 
 # -- D21: checkpoints are consumed, ids are generated ------------------------------------------
@@ -89,22 +92,25 @@ async def test_interrupt_without_checkpoint_id_gets_a_generated_id_on_the_event(
     info = await _interrupt(rk.Runner(_desk(payments, ["o1"]), checkpoint_store=store))
     assert info.checkpoint_id is not None and len(info.checkpoint_id) == 32
     assert await store.get(info.checkpoint_id) is not None
-    events = await _drain(rk.Runner(_desk(payments, ["o1"]), checkpoint_store=store)
-                          .resume(info.checkpoint_id))
+    events = await _drain(
+        rk.Runner(_desk(payments, ["o1"]), checkpoint_store=store).resume(info.checkpoint_id)
+    )
     assert _texts(events)[-1] == "done"
     assert payments.paid == ["o1"]
 
 
 async def test_given_checkpoint_id_is_named_on_the_interrupt_event() -> None:
     store = InMemoryCheckpointStore()
-    info = await _interrupt(rk.Runner(_desk(Payments(), ["o1"]), checkpoint_store=store),
-                            checkpoint_id="t1")
+    info = await _interrupt(
+        rk.Runner(_desk(Payments(), ["o1"]), checkpoint_store=store), checkpoint_id="t1"
+    )
     assert info.checkpoint_id == "t1"
     assert len(store) == 1
 
 
 async def test_interrupt_without_store_has_no_checkpoint_id_and_warns_once(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     runner = rk.Runner(_desk(Payments(), ["o1"]))
     with caplog.at_level(logging.WARNING, logger="relaykit"):
         first = await _interrupt(runner)
@@ -132,12 +138,14 @@ async def test_resume_that_ends_in_an_error_consumes_the_checkpoint() -> None:
     calls = 0
 
     class Fails(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             yield rk.interrupt(ctx, "approve?")
 
-        async def resume(self, ctx: rk.RunContext, info: rk.ResumeInfo,
-                         **options: Any) -> AsyncIterator[AgentEvent]:
+        async def resume(
+            self, ctx: rk.RunContext, info: rk.ResumeInfo, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             nonlocal calls
             calls += 1
             raise RuntimeError("payment provider down")
@@ -342,8 +350,11 @@ class _BrokenStore(InMemoryCheckpointStore):
 
 async def test_failed_save_is_an_error_event_before_the_interrupt_without_content() -> None:
     store = _BrokenStore({"set"})
-    events = await _drain(rk.Runner(_desk(Payments(), ["secret-order"]),
-                                    checkpoint_store=store).query("refund please"))
+    events = await _drain(
+        rk.Runner(_desk(Payments(), ["secret-order"]), checkpoint_store=store).query(
+            "refund please"
+        )
+    )
     assert events[-2].error is not None
     message = str(events[-2].error)
     assert "failed to save checkpoint" in message and "OSError" in message
@@ -395,8 +406,9 @@ async def test_store_works_as_an_async_context_manager() -> None:
 # -- one path: runs without checkpoint_id are guarded too --------------------------------------
 async def test_run_without_checkpoint_id_reports_multiple_interrupts() -> None:
     class Twice(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             yield rk.interrupt(ctx, "one")
             yield rk.interrupt(ctx, "two")
 
@@ -410,11 +422,18 @@ def _ping_pong(calls: list[str]) -> rk.FlowAgent:
     def agent(name: str, other: str) -> rk.ChatModelAgent:
         def respond(request: rk.ModelRequest) -> Message:
             calls.append(name)
-            return Message.assistant("", [ToolCall(f"t{len(calls)}", "transfer_to_agent",
-                                                   json.dumps({"agent_name": other}))])
+            return Message.assistant(
+                "",
+                [
+                    ToolCall(
+                        f"t{len(calls)}", "transfer_to_agent", json.dumps({"agent_name": other})
+                    )
+                ],
+            )
 
-        return rk.ChatModelAgent(name, f"agent {name}", "Hand over.",
-                                 rk.ScriptedModel(_forever(respond)))
+        return rk.ChatModelAgent(
+            name, f"agent {name}", "Hand over.", rk.ScriptedModel(_forever(respond))
+        )
 
     return rk.set_sub_agents(agent("a", "b"), [agent("b", "a")])
 
@@ -428,8 +447,9 @@ async def test_agents_handing_control_back_and_forth_stop_at_max_transfers() -> 
     assert isinstance(err, errors.MaxTransfersError)
     assert "max_transfers=7" in str(err) and "a → b → a" in str(err)
     assert len(calls) == 8  # the 8th call asked for the transfer that was refused
-    performed = [ev for ev in events if ev.action is not None
-                 and ev.action.transfer_to_agent is not None]
+    performed = [
+        ev for ev in events if ev.action is not None and ev.action.transfer_to_agent is not None
+    ]
     assert len(performed) == 8
     assert names(events[-1].run_path)[:3] == ["a", "b", "a"]
 
@@ -462,14 +482,16 @@ class _Ends(rk.BaseAgent):
         super().__init__(name, name)
         self.exc = exc
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         yield AgentEvent.from_message(Message.assistant("before"))
         raise self.exc
 
 
-@pytest.mark.parametrize("exc", [asyncio.CancelledError(), GeneratorExit(),
-                                 type("Custom", (BaseException,), {})()])
+@pytest.mark.parametrize(
+    "exc", [asyncio.CancelledError(), GeneratorExit(), type("Custom", (BaseException,), {})()]
+)
 async def test_agent_ending_with_a_base_exception_is_an_error_event(exc: BaseException) -> None:
     events = await asyncio.wait_for(_drain(rk.Runner(_Ends("A", exc)).query("hi")), GUARD)
     assert _texts(events) == ["before"]
@@ -481,8 +503,9 @@ async def test_agent_ending_with_a_base_exception_is_an_error_event(exc: BaseExc
 
 async def test_agent_awaiting_a_future_cancelled_elsewhere_is_an_error_event() -> None:
     class Waits(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             asyncio.get_running_loop().call_soon(fut.cancel)
             await fut
@@ -497,8 +520,9 @@ async def test_outside_cancellation_propagates_and_closes_the_agents() -> None:
     started = asyncio.Event()
 
     class Slow(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[AgentEvent]:
             try:
                 started.set()
                 await asyncio.sleep(3600)

@@ -18,8 +18,9 @@ class Endless(rk.BaseAgent):
         super().__init__(name, name)
         self.closed = False
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         try:
             n = 0
             while True:

@@ -47,8 +47,10 @@ async def test_d22_the_spec_lists_the_children_then_the_parent_as_an_enum() -> N
 
     assert errors(events) == []
     assert agent_name_schema(rm.requests[0]) == {
-        "type": "string", "description": "the name of the agent to transfer to",
-        "enum": ["M"]}
+        "type": "string",
+        "description": "the name of the agent to transfer to",
+        "enum": ["M"],
+    }
     assert agent_name_schema(mm.requests[0])["enum"] == ["L1", "L2", "R"]
 
 
@@ -64,7 +66,8 @@ async def test_d22_disallow_transfer_to_parent_removes_the_parent_from_the_enum(
     assert errors(events) == []
     assert agent_name_schema(mm.requests[0])["enum"] == ["L"]
     assert tool_message(mm.requests[1], "t2").content == (
-        "error: cannot transfer to 'R'; valid agents: L")
+        "error: cannot transfer to 'R'; valid agents: L"
+    )
     assert (await summarize(events))[-1] == ("M", ["R", "M"], "assistant", "M answers", None)
     assert lm.requests == []
 
@@ -73,8 +76,9 @@ async def test_d22_a_wrong_name_goes_back_to_the_model_which_can_then_transfer()
     """D22: a call naming an unknown agent is answered with the exact error text, sets no
     transfer action, does not return directly; the model is called again and its correct
     transfer runs the target."""
-    a, am = agent("A", [calls(transfer_call("billing_agent", "t1")),
-                        calls(transfer_call("billing", "t2"))])
+    a, am = agent(
+        "A", [calls(transfer_call("billing_agent", "t1")), calls(transfer_call("billing", "t2"))]
+    )
     billing, bm = agent("billing", [say("billing here")])
     support, _ = agent("support", [])
     events = await run(rk.set_sub_agents(a, [billing, support]), "my invoice")
@@ -82,8 +86,13 @@ async def test_d22_a_wrong_name_goes_back_to_the_model_which_can_then_transfer()
     assert errors(events) == []
     assert await summarize(events) == [
         ("A", ["A"], "assistant", "call:transfer_to_agent", None),
-        ("A", ["A"], "tool",
-         "error: cannot transfer to 'billing_agent'; valid agents: billing, support", None),
+        (
+            "A",
+            ["A"],
+            "tool",
+            "error: cannot transfer to 'billing_agent'; valid agents: billing, support",
+            None,
+        ),
         ("A", ["A"], "assistant", "call:transfer_to_agent", None),
         ("A", ["A"], "tool", "successfully transferred to agent [billing]", "transfer:billing"),
         ("billing", ["A", "billing"], "assistant", "billing here", None),
@@ -93,7 +102,8 @@ async def test_d22_a_wrong_name_goes_back_to_the_model_which_can_then_transfer()
     answer = tool_message(am.requests[1], "t1")
     assert (answer.tool_name, answer.content) == (
         "transfer_to_agent",
-        "error: cannot transfer to 'billing_agent'; valid agents: billing, support")
+        "error: cannot transfer to 'billing_agent'; valid agents: billing, support",
+    )
 
 
 async def test_d22_a_wrong_name_in_a_streamed_run_goes_back_to_the_model_too() -> None:
@@ -104,27 +114,34 @@ async def test_d22_a_wrong_name_in_a_streamed_run_goes_back_to_the_model_too() -
 
     assert errors(events) == []
     assert [s[3] for s in await summarize(events)] == [
-        "call:transfer_to_agent", "error: cannot transfer to 'ghost'; valid agents: B",
-        "answering myself"]
+        "call:transfer_to_agent",
+        "error: cannot transfer to 'ghost'; valid agents: B",
+        "answering myself",
+    ]
     assert len(am.requests) == 2 and bm.requests == []
 
 
 async def test_d22_wrong_names_count_toward_max_iterations() -> None:
     """D22 / D15: every model call answered with a wrong name counts: with max_iterations=2,
     two wrong transfers end the agent with the MaxIterationsError event."""
-    a, am = agent("A", [calls(transfer_call("x", "t1")), calls(transfer_call("y", "t2")),
-                        say("never")], max_iterations=2)
+    a, am = agent(
+        "A",
+        [calls(transfer_call("x", "t1")), calls(transfer_call("y", "t2")), say("never")],
+        max_iterations=2,
+    )
     b, bm = agent("B", [])
     events = await run(rk.set_sub_agents(a, [b]), "hi")
 
     summary = await summarize(events)
     assert [s[3] for s in summary[:4]] == [
-        "call:transfer_to_agent", "error: cannot transfer to 'x'; valid agents: B",
-        "call:transfer_to_agent", "error: cannot transfer to 'y'; valid agents: B"]
+        "call:transfer_to_agent",
+        "error: cannot transfer to 'x'; valid agents: B",
+        "call:transfer_to_agent",
+        "error: cannot transfer to 'y'; valid agents: B",
+    ]
     [error] = errors(events)
     assert isinstance(error, MaxIterationsError)
-    assert str(error) == ("agent 'A' exceeded max_iterations=2 model calls without a final "
-                          "answer")
+    assert str(error) == ("agent 'A' exceeded max_iterations=2 model calls without a final answer")
     assert len(am.requests) == 2 and bm.requests == []
 
 
@@ -134,7 +151,8 @@ async def test_d22_unusable_arguments_keep_their_own_answer() -> None:
     b, _ = agent("B", [])
     await run(rk.set_sub_agents(a, [b]), "hi")
     assert tool_message(am.requests[1], "t1").content == (
-        "error: transfer_to_agent needs a string argument 'agent_name'")
+        "error: transfer_to_agent needs a string argument 'agent_name'"
+    )
 
 
 async def test_d22_the_spec_is_built_once_per_set_of_targets() -> None:
@@ -166,8 +184,9 @@ async def test_d22_a_custom_agents_transfer_to_an_unknown_agent_stays_an_error_e
 
 
 # -- exit_loop ----------------------------------------------------------------------------------
-def writer_and_critic(critic_script: list[Any], **critic_options: Any) -> tuple[
-        rk.ChatModelAgent, rk.ScriptedModel, rk.ChatModelAgent, rk.ScriptedModel]:
+def writer_and_critic(
+    critic_script: list[Any], **critic_options: Any
+) -> tuple[rk.ChatModelAgent, rk.ScriptedModel, rk.ChatModelAgent, rk.ScriptedModel]:
     writer, wm = agent("writer", [say(f"draft {i}") for i in range(1, 6)])
     critic, cm = agent("critic", critic_script, tools=[rk.exit_loop], **critic_options)
     return writer, wm, critic, cm
@@ -179,7 +198,8 @@ async def test_exit_loop_ends_the_loop_after_the_iteration_it_was_called_in() ->
     ``exiting the loop``, the critic's model is not called again, the writer does not run a
     third time. Run paths are [loop, critic]."""
     writer, wm, critic, cm = writer_and_critic(
-        [say("needs work"), calls(call("exit_loop", {}, "x1")), say("never")])
+        [say("needs work"), calls(call("exit_loop", {}, "x1")), say("never")]
+    )
     events = await run(rk.LoopAgent("loop", [writer, critic], max_iterations=5), "write")
 
     assert errors(events) == []
@@ -233,9 +253,9 @@ async def test_exit_loop_text_is_not_the_agents_output() -> None:
     """``exiting the loop`` is a notice: the critic's ``output_key`` keeps its last answer
     (read here by the next agent's instruction, D16)."""
     writer, _, critic, _ = writer_and_critic(
-        [say("needs work"), calls(call("exit_loop", None, "x1"))], output_key="critique")
-    publisher, pm = agent("publisher", [say("published")],
-                          instruction="Last critique: {critique}")
+        [say("needs work"), calls(call("exit_loop", None, "x1"))], output_key="critique"
+    )
+    publisher, pm = agent("publisher", [say("published")], instruction="Last critique: {critique}")
     loop = rk.LoopAgent("loop", [writer, critic], max_iterations=5)
     events = await run(rk.SequentialAgent("pipeline", [loop, publisher]), "write")
     assert errors(events) == []
@@ -245,14 +265,17 @@ async def test_exit_loop_text_is_not_the_agents_output() -> None:
 async def test_exit_inside_a_loop_still_ends_the_whole_workflow() -> None:
     """D17 / TR-05: ``exit`` (not ``exit_loop``) ends the loop and its parent too."""
     writer, _, critic, _ = writer_and_critic(
-        [calls(call("exit", {"final_result": "done"}, "e1"))], exit_tool=True)
+        [calls(call("exit", {"final_result": "done"}, "e1"))], exit_tool=True
+    )
     publisher, pm = agent("publisher", [say("never")])
     loop = rk.LoopAgent("loop", [writer, critic], max_iterations=5)
     events = await run(rk.SequentialAgent("pipeline", [loop, publisher]), "write")
 
     assert [(s[0], s[3], s[4]) for s in await summarize(events)] == [
-        ("writer", "draft 1", None), ("critic", "call:exit", None),
-        ("critic", "done", "exit")]
+        ("writer", "draft 1", None),
+        ("critic", "call:exit", None),
+        ("critic", "done", "exit"),
+    ]
     assert pm.requests == []
 
 
@@ -290,5 +313,10 @@ async def test_d22_one_bad_name_among_several_transfers_performs_none(order: lis
     assert answers[ghost] == "error: cannot transfer to 'ghost'; valid agents: billing"
     assert answers[valid].startswith("error: not transferred: another transfer_to_agent call")
     assert len(bm.requests) == 1  # billing ran once, after the second, valid response
-    assert (await summarize(events))[-1] == ("billing", ["A", "billing"], "assistant",
-                                             "billing here", None)
+    assert (await summarize(events))[-1] == (
+        "billing",
+        ["A", "billing"],
+        "assistant",
+        "billing here",
+        None,
+    )

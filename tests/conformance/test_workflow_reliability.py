@@ -44,8 +44,9 @@ class Chatty(rk.BaseAgent):
         self.completed = False
         self.closed = False
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         self.started.set()
         try:
             n = 0
@@ -67,8 +68,9 @@ class Blocked(rk.BaseAgent):
         self.waiting = asyncio.Event()
         self.closed = False
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         try:
             yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} waiting"))
             self.waiting.set()
@@ -84,8 +86,9 @@ class AwaitsCancelledFuture(rk.BaseAgent):
     def __init__(self, name: str) -> None:
         super().__init__(name, f"{name} desc")
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} waiting"))
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -107,8 +110,9 @@ class RaisesOnceBlocked(rk.BaseAgent):
         self.error = error
         self.other = other
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         await self.other.waiting.wait()
         yield rk.AgentEvent.from_message(rk.Message.assistant(f"{self.name} 1"))
         raise self.error
@@ -118,8 +122,9 @@ class Bare(rk.FlowAgent):
     """A flow agent that only stamps its agent's events (no history, no transfers, no error
     events): whatever the agent raises reaches the workflow or wrapper above it."""
 
-    async def run(self, ctx: rk.RunContext, input: rk.AgentInput | None = None,
-                  **options: Any) -> AsyncIterator[rk.AgentEvent]:
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput | None = None, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
         path = (*ctx.run_path, rk.RunStep(self.name))
         async with closing(self.agent.run(ctx, rk.AgentInput(), **options)) as evs:
             async for ev in evs:
@@ -194,7 +199,8 @@ async def cancel_while_blocked(root: rk.Agent, *blocked: Blocked) -> list[rk.Age
 # -- parallel: a branch ends with a BaseException --------------------------------------------------
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_parallel_branch_ending_with_a_base_exception_is_an_error_event_naming_it(
-        make: Callable[[], BaseException], shown: str) -> None:
+    make: Callable[[], BaseException], shown: str
+) -> None:
     """D24 / TR-05: branch b says one thing, then raises; the run ends with an error event
     naming b, the sibling's events are delivered (or cancelled), nothing is left running."""
     a, b = Chatty("a"), raiser("b", make(), ("b 1",))
@@ -206,13 +212,12 @@ async def test_parallel_branch_ending_with_a_base_exception_is_an_error_event_na
     said = texts(events)
     assert said.index(("b", "b 1")) < said.index(("b", f"!{error.error}"))
     a_said = [text for who, text in said if who == "a"]
-    assert a_said == ["a 1", "a 2"][:len(a_said)]  # delivered, in order, or cancelled
+    assert a_said == ["a 1", "a 2"][: len(a_said)]  # delivered, in order, or cancelled
     assert a.closed
     assert only_this_task_left()
 
 
-async def test_parallel_branch_awaiting_a_future_another_task_cancelled_is_an_error_event(
-        ) -> None:
+async def test_parallel_branch_awaiting_a_future_another_task_cancelled_is_an_error_event() -> None:
     """D24: a CancelledError the branch got from a future someone else cancelled is that
     branch's ending (an error event), not a cancellation of the run."""
     a, b = Chatty("a"), AwaitsCancelledFuture("b")
@@ -229,7 +234,8 @@ async def test_parallel_branch_awaiting_a_future_another_task_cancelled_is_an_er
 
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_parallel_branch_that_raises_itself_cancels_and_awaits_its_siblings(
-        make: Callable[[], BaseException], shown: str) -> None:
+    make: Callable[[], BaseException], shown: str
+) -> None:
     """D24: a branch that itself ends with a BaseException stops the parallel workflow: the
     blocked sibling is cancelled (its generator closed) and awaited, then one error event
     ``parallel branch 'b' ended with ...`` ends the run; no interrupt, nothing after it."""
@@ -237,8 +243,11 @@ async def test_parallel_branch_that_raises_itself_cancels_and_awaits_its_sibling
     b = RaisesOnceBlocked("b", make(), a)  # the sibling is surely blocked when b fails
     events = await events_of(rk.ParallelAgent("fan", [a, Bare(b)]))
 
-    assert texts(events) == [("a", "a waiting"), ("b", "b 1"),
-                             ("b", f"!parallel branch 'b' ended with {shown}")]
+    assert texts(events) == [
+        ("a", "a waiting"),
+        ("b", "b 1"),
+        ("b", f"!parallel branch 'b' ended with {shown}"),
+    ]
     assert names(events[-1].run_path) == ["fan"]
     assert a.closed
     assert only_this_task_left()
@@ -295,7 +304,8 @@ async def test_parallel_early_break_closes_every_branch_generator(blocked: bool)
 @pytest.mark.parametrize("bare", [False, True], ids=["flow", "bare"])
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_sequential_sub_agent_ending_with_a_base_exception_stops_with_an_error_event(
-        make: Callable[[], BaseException], shown: str, bare: bool) -> None:
+    make: Callable[[], BaseException], shown: str, bare: bool
+) -> None:
     """D24 / D17: S[a, b, c] with b raising after one message: a's and b's message, then
     ``agent 'b' ended with ...``; c never runs."""
     a, b, c = Chatty("a", 1), raiser("b", make(), ("b 1",)), Chatty("c", 1)
@@ -318,14 +328,16 @@ async def test_sequential_sub_agent_awaiting_a_cancelled_future_is_an_error_even
 @pytest.mark.parametrize("bare", [False, True], ids=["flow", "bare"])
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_loop_sub_agent_ending_with_a_base_exception_stops_the_loop(
-        make: Callable[[], BaseException], shown: str, bare: bool) -> None:
+    make: Callable[[], BaseException], shown: str, bare: bool
+) -> None:
     """D24 / D17: L[a, b] (3 iterations) with b raising in its second run: two rounds of a,
     one of b, then the error; the loop stops there."""
     runs: list[int] = []
 
     class SecondTimeRaises(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
             runs.append(1)
             yield rk.AgentEvent.from_message(rk.Message.assistant(f"b {len(runs)}"))
             if len(runs) == 2:
@@ -336,8 +348,13 @@ async def test_loop_sub_agent_ending_with_a_base_exception_stops_the_loop(
     loop = rk.LoopAgent("L", [a, Bare(b) if bare else b], max_iterations=3)
     events = await events_of(loop)
 
-    assert texts(events) == [("a", "a 1"), ("b", "b 1"), ("a", "a 1"), ("b", "b 2"),
-                             ("b", f"!agent 'b' ended with {shown}")]
+    assert texts(events) == [
+        ("a", "a 1"),
+        ("b", "b 1"),
+        ("a", "a 1"),
+        ("b", "b 2"),
+        ("b", f"!agent 'b' ended with {shown}"),
+    ]
     assert len(runs) == 2
 
 
@@ -356,8 +373,11 @@ async def test_early_break_out_of_a_workflow_closes_it_without_an_error(workflow
     (it is not mistaken for the sub-agent's ending): no error, the sub-agent is closed."""
     endless = Chatty("e", None)
     sub = Bare(endless)
-    root: rk.Agent = (rk.SequentialAgent("S", [sub]) if workflow == "sequential"
-                      else rk.LoopAgent("L", [sub], max_iterations=2))
+    root: rk.Agent = (
+        rk.SequentialAgent("S", [sub])
+        if workflow == "sequential"
+        else rk.LoopAgent("L", [sub], max_iterations=2)
+    )
 
     async def consume() -> list[rk.AgentEvent]:
         seen: list[rk.AgentEvent] = []
@@ -377,11 +397,11 @@ async def test_early_break_out_of_a_workflow_closes_it_without_an_error(workflow
 # -- deterministic transfer -----------------------------------------------------------------------
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_transfer_wrapper_turns_a_base_exception_into_an_error_event(
-        make: Callable[[], BaseException], shown: str) -> None:
+    make: Callable[[], BaseException], shown: str
+) -> None:
     """D24 / DT-05: a supervised worker ending with a BaseException is an error event naming
     it; no transfer back to the supervisor follows, and the run ends."""
-    sup, _ = agent("sup", [calls(call("transfer_to_agent", {"agent_name": "w"})),
-                           say("never")])
+    sup, _ = agent("sup", [calls(call("transfer_to_agent", {"agent_name": "w"})), say("never")])
     events = await events_of(rk.Supervisor(sup, [raiser("w", make(), ("w 1",))]))
 
     error = the_error(events)
@@ -393,7 +413,8 @@ async def test_transfer_wrapper_turns_a_base_exception_into_an_error_event(
 
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_transfer_wrapper_around_a_flow_agent_turns_a_base_exception_into_an_error(
-        make: Callable[[], BaseException], shown: str) -> None:
+    make: Callable[[], BaseException], shown: str
+) -> None:
     """D24 / DT-09: the wrapper's isolated run of a flow agent that raises a BaseException
     ends with an error event, and nothing is transferred."""
     team = Bare(raiser("team", make(), ("team 1",)))
@@ -408,7 +429,8 @@ async def test_transfer_wrapper_around_a_flow_agent_turns_a_base_exception_into_
 @pytest.mark.parametrize("inner", ["agent", "flow agent"])
 @pytest.mark.parametrize(("make", "shown"), ENDINGS, ids=ENDING_IDS)
 async def test_transfer_wrapper_itself_yields_the_error_event_and_no_transfer(
-        make: Callable[[], BaseException], shown: str, inner: str) -> None:
+    make: Callable[[], BaseException], shown: str, inner: str
+) -> None:
     """D24 / DT-05: the wrapper's own stream (no flow agent above it to catch anything):
     the inner agent's message, then its error event; no transfer pair, nothing raised."""
     worker: rk.Agent = raiser("w", make(), ("w 1",))
@@ -420,21 +442,27 @@ async def test_transfer_wrapper_itself_yields_the_error_event_and_no_transfer(
         return [ev async for ev in wrapper.run(rk.RunContext.new(), rk.AgentInput())]
 
     events = await asyncio.wait_for(collect(), TIMEOUT)
-    assert [(ev.output.message.content if ev.output and ev.output.message else None,
-             str(ev.error) if ev.error else None) for ev in events] == [
-        ("w 1", None), (None, f"agent 'w' ended with {shown}")]
+    assert [
+        (
+            ev.output.message.content if ev.output and ev.output.message else None,
+            str(ev.error) if ev.error else None,
+        )
+        for ev in events
+    ] == [("w 1", None), (None, f"agent 'w' ended with {shown}")]
     assert isinstance(events[-1].error, RelayKitError)
 
 
 @pytest.mark.parametrize("inner", ["agent", "flow agent"])
 async def test_transfer_wrapper_closed_early_closes_the_inner_agent_without_an_error(
-        inner: str) -> None:
+    inner: str,
+) -> None:
     """RN-05: closing the wrapper's stream at its yield propagates the GeneratorExit (not
     taken for the inner agent's ending): the inner agent is closed, aclose() succeeds."""
     endless = Chatty("w", None)
     worker: rk.Agent = Bare(endless) if inner == "flow agent" else endless
-    events = rk.with_deterministic_transfer(worker, ["sup"]).run(rk.RunContext.new(),
-                                                                 rk.AgentInput())
+    events = rk.with_deterministic_transfer(worker, ["sup"]).run(
+        rk.RunContext.new(), rk.AgentInput()
+    )
     async with closing(events):
         first = await asyncio.wait_for(anext(events), TIMEOUT)
     assert first.error is None
@@ -452,14 +480,16 @@ async def test_transfer_wrapper_cancelled_from_outside_propagates() -> None:
 
 
 # -- agent tool ------------------------------------------------------------------------------------
-async def test_agent_tool_whose_agent_raises_cancelled_error_is_an_error_event_of_the_caller(
-        ) -> None:
+async def test_agent_tool_whose_agent_raises_cancelled_error_is_an_error_event_of_the_caller() -> (
+    None
+):
     """D24 / TR-03: the inner agent of a tool raises CancelledError; the calling ChatModelAgent
     ends with an error event (a RelayKitError naming the inner agent), the run ends and the
     CancelledError never reaches the caller bare."""
     inner = raiser("inner", asyncio.CancelledError())
-    lead, model = agent("lead", [calls(call("inner", {"request": "x"})), say("never")],
-                        tools=[rk.AgentTool(inner)])
+    lead, model = agent(
+        "lead", [calls(call("inner", {"request": "x"})), say("never")], tools=[rk.AgentTool(inner)]
+    )
     events = await events_of(lead)
 
     error = the_error(events)
@@ -469,31 +499,33 @@ async def test_agent_tool_whose_agent_raises_cancelled_error_is_an_error_event_o
     assert len(model.requests) == 1
 
 
-async def test_agent_tool_never_reraises_a_bare_base_exception_carried_by_an_error_event(
-        ) -> None:
+async def test_agent_tool_never_reraises_a_bare_base_exception_carried_by_an_error_event() -> None:
     """D24: an inner error *event* carrying a bare CancelledError is raised into the caller
     as ``agent tool 'inner' ended with CancelledError``, with the original as its cause."""
     cancelled = asyncio.CancelledError()
 
     class YieldsCancelled(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
             yield rk.AgentEvent(error=cancelled)
 
     inner = YieldsCancelled("inner", "inner desc")
-    lead, _ = agent("lead", [calls(call("inner", {"request": "x"})), say("never")],
-                    tools=[rk.AgentTool(inner)])
+    lead, _ = agent(
+        "lead", [calls(call("inner", {"request": "x"})), say("never")], tools=[rk.AgentTool(inner)]
+    )
     events = await events_of(lead)
 
     error = the_error(events)
     assert (error.agent_name, str(error.error)) == (
-        "lead", "agent tool 'inner' ended with CancelledError")
+        "lead",
+        "agent tool 'inner' ended with CancelledError",
+    )
     assert error.error is not None and error.error.__cause__ is cancelled
 
 
 @pytest.mark.parametrize("ending", ["cancelled", "generator_exit", "tool_cancelled"])
-async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(
-        ending: str) -> None:
+async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(ending: str) -> None:
     """D24 with ordinary agents (no test-only flow wrapper): a leaf agent -- or a tool of an
     LLM agent -- in one branch ending with CancelledError / GeneratorExit stops the parallel
     workflow: the sibling is cancelled and awaited, and the run ends with one error event
@@ -501,8 +533,9 @@ async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(
     sibling_closed = asyncio.Event()
 
     class Waits(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
             try:
                 yield rk.AgentEvent.from_message(rk.Message.assistant("a start"))
                 await asyncio.Event().wait()  # never set: only a cancellation ends it
@@ -511,8 +544,9 @@ async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(
                 sibling_closed.set()
 
     class Ends(rk.BaseAgent):
-        async def run(self, ctx: rk.RunContext, input: rk.AgentInput,
-                      **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
             yield rk.AgentEvent.from_message(rk.Message.assistant("b start"))
             await asyncio.sleep(0)
             if ending == "cancelled":
@@ -530,16 +564,24 @@ async def test_real_branch_ending_with_a_base_exception_cancels_its_siblings(
         return "never"
 
     if ending == "tool_cancelled":
-        b: rk.Agent = rk.ChatModelAgent("b", "b", "use the tool", rk.ScriptedModel(
-            [rk.Message.assistant("", [rk.ToolCall("c1", "wait_for_cancelled", "{}")])]),
-            tools=[wait_for_cancelled])
+        b: rk.Agent = rk.ChatModelAgent(
+            "b",
+            "b",
+            "use the tool",
+            rk.ScriptedModel(
+                [rk.Message.assistant("", [rk.ToolCall("c1", "wait_for_cancelled", "{}")])]
+            ),
+            tools=[wait_for_cancelled],
+        )
     else:
         b = Ends("b", "b")
     fan = rk.ParallelAgent("fan", [Waits("a", "a"), b])
-    events = await asyncio.wait_for(
-        _collect_events(rk.Runner(fan).query("go")), 10)
-    texts = [ev.output.message.content for ev in events
-             if ev.output is not None and ev.output.message is not None]
+    events = await asyncio.wait_for(_collect_events(rk.Runner(fan).query("go")), 10)
+    texts = [
+        ev.output.message.content
+        for ev in events
+        if ev.output is not None and ev.output.message is not None
+    ]
     assert "a never" not in texts
     assert sibling_closed.is_set()
     last = events[-1]

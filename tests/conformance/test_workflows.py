@@ -57,10 +57,15 @@ async def test_tr04_supervisor_workers_always_return_to_the_supervisor() -> None
     """TR-04: sup transfers to w1; w1 answers; the wrapper transfers back; sup answers. Run paths
     [sup], [sup, w1], [sup, w1, sup]. Workers are not offered a transfer tool (they never learn
     their parent); sup lists both workers."""
-    sup, sm = agent("sup", [calls(transfer_call("w1", "s1")), say("final from sup")],
-                    instruction="You supervise.", description="the boss")
-    w1, w1m = agent("w1", [say("w1 result")], instruction="You are worker one.",
-                    description="worker one")
+    sup, sm = agent(
+        "sup",
+        [calls(transfer_call("w1", "s1")), say("final from sup")],
+        instruction="You supervise.",
+        description="the boss",
+    )
+    w1, w1m = agent(
+        "w1", [say("w1 result")], instruction="You are worker one.", description="worker one"
+    )
     w2, w2m = agent("w2", [], description="worker two")
     root = rk.Supervisor(sup, [w1, w2])
     assert isinstance(root, rk.ResumableAgent)
@@ -84,13 +89,14 @@ async def test_tr04_supervisor_workers_always_return_to_the_supervisor() -> None
     for req in sm.requests:
         assert [t.name for t in req.tools] == ["transfer_to_agent"]
         system = req.messages[0].content
-        assert system.startswith("You supervise.\n\nAvailable other agents: \n"
-                                 "- Agent name: w1\n  Agent description: worker one\n"
-                                 "- Agent name: w2\n  Agent description: worker two\n\n")
+        assert system.startswith(
+            "You supervise.\n\nAvailable other agents: \n"
+            "- Agent name: w1\n  Agent description: worker one\n"
+            "- Agent name: w2\n  Agent description: worker two\n\n"
+        )
     assert user_texts(sm.requests[1])[-3:] == [
         "For context: [w1] said: w1 result.",
-        'For context: [w1] called tool: `transfer_to_agent` with arguments: '
-        '{"agent_name": "sup"}.',
+        'For context: [w1] called tool: `transfer_to_agent` with arguments: {"agent_name": "sup"}.',
         "For context: [w1] `transfer_to_agent` tool returned result: "
         "successfully transferred to agent [sup].",
     ]
@@ -98,15 +104,22 @@ async def test_tr04_supervisor_workers_always_return_to_the_supervisor() -> None
 
 async def test_tr04_supervisor_delegates_twice() -> None:
     """Sup → w1 → sup → w2 → sup: each worker returns control."""
-    sup, sm = agent("sup", [calls(transfer_call("w1", "s1")), calls(transfer_call("w2", "s2")),
-                            say("all done")])
+    sup, sm = agent(
+        "sup", [calls(transfer_call("w1", "s1")), calls(transfer_call("w2", "s2")), say("all done")]
+    )
     w1, _ = agent("w1", [say("one")])
     w2, w2m = agent("w2", [say("two")])
     events = await run(rk.Supervisor(sup, [w1, w2]), "task")
-    paths = [(s[0], tuple(s[1])) for s in await summarize(events) if s[2] == "assistant"
-             and s[3] is not None and not s[3].startswith("call:")]
-    assert paths == [("w1", ("sup", "w1")), ("w2", ("sup", "w1", "sup", "w2")),
-                     ("sup", ("sup", "w1", "sup", "w2", "sup"))]
+    paths = [
+        (s[0], tuple(s[1]))
+        for s in await summarize(events)
+        if s[2] == "assistant" and s[3] is not None and not s[3].startswith("call:")
+    ]
+    assert paths == [
+        ("w1", ("sup", "w1")),
+        ("w2", ("sup", "w1", "sup", "w2")),
+        ("sup", ("sup", "w1", "sup", "w2", "sup")),
+    ]
     # w2 sees what w1 said (shared history).
     assert "For context: [w1] said: one." in user_texts(w2m.requests[0])
     assert len(sm.requests) == 3
@@ -117,29 +130,33 @@ async def test_tr04_interrupt_inside_a_worker_resumes_and_returns_to_the_supervi
     wrapper transfers back and the supervisor answers."""
     store = rk.InMemoryCheckpointStore()
 
-    def build(sup_script: list[Any], w_script: list[Any], approvals: Approvals
-              ) -> tuple[rk.Agent, rk.ScriptedModel, rk.ScriptedModel]:
+    def build(
+        sup_script: list[Any], w_script: list[Any], approvals: Approvals
+    ) -> tuple[rk.Agent, rk.ScriptedModel, rk.ScriptedModel]:
         sup, sm = agent("sup", sup_script)
         w1, wm = agent("w1", w_script, tools=[approvals.tool])
         w2, _ = agent("w2", [])
         return rk.Supervisor(sup, [w1, w2]), sm, wm
 
     approvals = Approvals()
-    root, sm, wm = build([calls(transfer_call("w1"))], [calls(call("approve", {"item": "x"},
-                                                                   "w1c"))], approvals)
-    first = await collect(rk.Runner(root, checkpoint_store=store).query(
-        "task", checkpoint_id="cp"))
+    root, sm, wm = build(
+        [calls(transfer_call("w1"))], [calls(call("approve", {"item": "x"}, "w1c"))], approvals
+    )
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("task", checkpoint_id="cp"))
     [ctx] = interrupt_of(first).contexts
     assert (len(sm.requests), len(wm.requests)) == (1, 1)
     assert ctx.address[-1] == rk.AddressSegment("tool", "approve", "w1c")
     assert rk.AddressSegment("agent", "w1") in ctx.address
     assert [s[2:] for s in await summarize(first)][-2:] == [
-        ("assistant", "call:approve", None), (None, None, "interrupt")]
+        ("assistant", "call:approve", None),
+        (None, None, "interrupt"),
+    ]
 
     approvals2 = Approvals()
     root2, sm2, wm2 = build([say("sup wraps up")], [say("w1 finished")], approvals2)
-    second = await collect(rk.Runner(root2, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "approved"}))
+    second = await collect(
+        rk.Runner(root2, checkpoint_store=store).resume("cp", targets={ctx.id: "approved"})
+    )
     assert await summarize(second) == [
         ("w1", ["sup", "w1"], "tool", "x: approved", None),
         ("w1", ["sup", "w1"], "assistant", "w1 finished", None),
@@ -185,8 +202,11 @@ async def test_tr05_sequential_runs_in_order_with_d7_run_paths() -> None:
         ("A", ["S", "A"], "assistant", "a says", None),
         ("B", ["S", "B"], "assistant", "b says", None),
     ]
-    assert contents(bm.requests[0]) == [("system", "You are B."), ("user", "hi"),
-                                        ("user", "For context: [A] said: a says.")]
+    assert contents(bm.requests[0]) == [
+        ("system", "You are B."),
+        ("user", "hi"),
+        ("user", "For context: [A] said: a says."),
+    ]
     assert am.requests[0].tools == [] and bm.requests[0].tools == []
 
 
@@ -209,8 +229,9 @@ async def test_tr05_sequential_interrupt_in_a_child_resumes_at_its_index() -> No
     not run again — then C runs and sees everything."""
     store = rk.InMemoryCheckpointStore()
 
-    def build(a_script: list[Any], b_script: list[Any], c_script: list[Any]) -> tuple[
-            rk.Agent, list[rk.ScriptedModel], Approvals]:
+    def build(
+        a_script: list[Any], b_script: list[Any], c_script: list[Any]
+    ) -> tuple[rk.Agent, list[rk.ScriptedModel], Approvals]:
         approvals = Approvals()
         a, am = agent("A", a_script)
         b, bm = agent("B", b_script, tools=[approvals.tool])
@@ -229,8 +250,9 @@ async def test_tr05_sequential_interrupt_in_a_child_resumes_at_its_index() -> No
     assert [len(m.requests) for m in models] == [1, 1, 0]
 
     seq2, models2, approvals2 = build([], [say("b done")], [say("c says")])
-    second = await collect(rk.Runner(seq2, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "ok"}))
+    second = await collect(
+        rk.Runner(seq2, checkpoint_store=store).resume("cp", targets={ctx.id: "ok"})
+    )
     assert await summarize(second) == [
         ("B", ["S", "B"], "tool", "b: ok", None),
         ("B", ["S", "B"], "assistant", "b done", None),
@@ -254,8 +276,11 @@ async def test_tr05_sequential_interrupt_event_names_the_interrupted_child() -> 
     approvals = Approvals()
     a, _ = agent("A", [say("a says")])
     b, _ = agent("B", [calls(call("approve", {"item": "b"}, "bc"))], tools=[approvals.tool])
-    first = await collect(rk.Runner(rk.SequentialAgent("S", [a, b]), checkpoint_store=store)
-                          .query("hi", checkpoint_id="cp"))
+    first = await collect(
+        rk.Runner(rk.SequentialAgent("S", [a, b]), checkpoint_store=store).query(
+            "hi", checkpoint_id="cp"
+        )
+    )
     interrupt_of(first)
     assert (first[-1].agent_name, names(first[-1].run_path)) == ("B", ["S", "B"])
 
@@ -297,19 +322,29 @@ async def test_tr05_parallel_branches_see_only_their_own_lane_successor_sees_all
 
     assert late.inputs == [["hi", "For context: [Pre] said: pre says."]]
     assert late.paths == [["S", "P", "B2", "Late"]]
-    assert user_texts(p2m.requests[0]) == ["hi", "For context: [Pre] said: pre says.",
-                                           "For context: [Late] said: Late ran."]
+    assert user_texts(p2m.requests[0]) == [
+        "hi",
+        "For context: [Pre] said: pre says.",
+        "For context: [Late] said: Late ran.",
+    ]
     seen = user_texts(am.requests[0])
     assert seen[:2] == ["hi", "For context: [Pre] said: pre says."]
-    for line in ["For context: [P1] called tool: `open_gate` with arguments: {}.",
-                 "For context: [P1] `open_gate` tool returned result: gate open.",
-                 "For context: [P1] said: p1 final.",
-                 "For context: [Late] said: Late ran.",
-                 "For context: [P2] said: p2 says."]:
+    for line in [
+        "For context: [P1] called tool: `open_gate` with arguments: {}.",
+        "For context: [P1] `open_gate` tool returned result: gate open.",
+        "For context: [P1] said: p1 final.",
+        "For context: [Late] said: Late ran.",
+        "For context: [P2] said: p2 says.",
+    ]:
         assert line in seen
     assert len(seen) == 7
-    assert (await summarize(events))[-1] == ("After", ["S", "After"], "assistant",
-                                             "after says", None)
+    assert (await summarize(events))[-1] == (
+        "After",
+        ["S", "After"],
+        "assistant",
+        "after says",
+        None,
+    )
 
 
 async def test_tr05_parallel_interrupt_resumes_only_the_interrupted_branch() -> None:
@@ -317,8 +352,9 @@ async def test_tr05_parallel_interrupt_resumes_only_the_interrupted_branch() -> 
     resume runs only the interrupted branch; the successor then sees every branch."""
     store = rk.InMemoryCheckpointStore()
 
-    def build(p1_script: list[Any], p2_script: list[Any], c_script: list[Any]) -> tuple[
-            rk.Agent, list[rk.ScriptedModel], Approvals]:
+    def build(
+        p1_script: list[Any], p2_script: list[Any], c_script: list[Any]
+    ) -> tuple[rk.Agent, list[rk.ScriptedModel], Approvals]:
         approvals = Approvals()
         p1, p1m = agent("P1", p1_script)
         p2, p2m = agent("P2", p2_script, tools=[approvals.tool])
@@ -326,10 +362,10 @@ async def test_tr05_parallel_interrupt_resumes_only_the_interrupted_branch() -> 
         root = rk.SequentialAgent("S", [rk.ParallelAgent("P", [p1, p2]), c])
         return root, [p1m, p2m, cm], approvals
 
-    root, models, _ = build([say("p1 says")], [calls(call("approve", {"item": "z"}, "pc"),
-                                                     text="p2 asks")], [])
-    first = await collect(rk.Runner(root, checkpoint_store=store).query(
-        "hi", checkpoint_id="cp"))
+    root, models, _ = build(
+        [say("p1 says")], [calls(call("approve", {"item": "z"}, "pc"), text="p2 asks")], []
+    )
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     summary = await summarize(first)
     assert sorted(s[3] for s in summary[:2]) == ["p1 says", "p2 asks call:approve"]
     assert summary[-1][4] == "interrupt"
@@ -343,8 +379,9 @@ async def test_tr05_parallel_interrupt_resumes_only_the_interrupted_branch() -> 
     assert [len(m.requests) for m in models] == [1, 1, 0]
 
     root2, models2, approvals2 = build([], [say("p2 done")], [say("c says")])
-    second = await collect(rk.Runner(root2, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "ok"}))
+    second = await collect(
+        rk.Runner(root2, checkpoint_store=store).resume("cp", targets={ctx.id: "ok"})
+    )
     assert await summarize(second) == [
         ("P2", ["S", "P", "P2"], "tool", "z: ok", None),
         ("P2", ["S", "P", "P2"], "assistant", "p2 done", None),
@@ -364,21 +401,26 @@ async def test_tr05_parallel_two_interrupts_are_one_composite() -> None:
     (resume all) finishes both branches."""
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
-    p1, p1m = agent("P1", [calls(call("approve", {"item": "one"}, "a")), say("p1 done")],
-                    tools=[approvals.tool])
-    p2, p2m = agent("P2", [calls(call("approve", {"item": "two"}, "b")), say("p2 done")],
-                    tools=[approvals.tool])
+    p1, p1m = agent(
+        "P1", [calls(call("approve", {"item": "one"}, "a")), say("p1 done")], tools=[approvals.tool]
+    )
+    p2, p2m = agent(
+        "P2", [calls(call("approve", {"item": "two"}, "b")), say("p2 done")], tools=[approvals.tool]
+    )
     root = rk.ParallelAgent("P", [p1, p2])
-    first = await collect(rk.Runner(root, checkpoint_store=store).query(
-        "hi", checkpoint_id="cp"))
+    first = await collect(rk.Runner(root, checkpoint_store=store).query("hi", checkpoint_id="cp"))
     contexts = interrupt_of(first).contexts
     assert sorted(c.info["approve"] for c in contexts) == ["one", "two"]
-    assert {c.parent.parent.address for c in contexts  # type: ignore[union-attr]
-            } == {(rk.AddressSegment("agent", "P"),)}
+    assert {
+        c.parent.parent.address
+        for c in contexts  # type: ignore[union-attr]
+    } == {(rk.AddressSegment("agent", "P"),)}
     assert first[-1].run_path == (rk.RunStep("P"),)
     second = await collect(rk.Runner(root, checkpoint_store=store).resume("cp"))
-    assert sorted(s[3] for s in await summarize(second)
-                  if s[2] == "assistant") == ["p1 done", "p2 done"]
+    assert sorted(s[3] for s in await summarize(second) if s[2] == "assistant") == [
+        "p1 done",
+        "p2 done",
+    ]
     assert (len(p1m.requests), len(p2m.requests)) == (2, 2)
 
 
@@ -388,11 +430,16 @@ async def test_tr05_loop_runs_max_iterations_times() -> None:
     each iteration sees the earlier ones."""
     a, am = agent("A", [say("1"), say("2"), say("3"), say("never")])
     events = await run(rk.LoopAgent("L", [a], max_iterations=3), "go")
-    assert await summarize(events) == [("A", ["L", "A"], "assistant", t, None)
-                                       for t in ["1", "2", "3"]]
+    assert await summarize(events) == [
+        ("A", ["L", "A"], "assistant", t, None) for t in ["1", "2", "3"]
+    ]
     assert len(am.requests) == 3
-    assert contents(am.requests[2]) == [("system", "You are A."), ("user", "go"),
-                                        ("assistant", "1"), ("assistant", "2")]
+    assert contents(am.requests[2]) == [
+        ("system", "You are A."),
+        ("user", "go"),
+        ("assistant", "1"),
+        ("assistant", "2"),
+    ]
 
 
 async def test_tr05_loop_runs_sub_agents_in_order_each_iteration() -> None:
@@ -400,8 +447,11 @@ async def test_tr05_loop_runs_sub_agents_in_order_each_iteration() -> None:
     b, _ = agent("B", [say("b1"), say("b2")])
     events = await run(rk.LoopAgent("L", [a, b], max_iterations=2), "go")
     assert [(s[0], tuple(s[1]), s[3]) for s in await summarize(events)] == [
-        ("A", ("L", "A"), "a1"), ("B", ("L", "B"), "b1"),
-        ("A", ("L", "A"), "a2"), ("B", ("L", "B"), "b2")]
+        ("A", ("L", "A"), "a1"),
+        ("B", ("L", "B"), "b1"),
+        ("A", ("L", "A"), "a2"),
+        ("B", ("L", "B"), "b2"),
+    ]
 
 
 def stop_tool() -> rk.Tool:
@@ -432,8 +482,7 @@ async def test_tr05_break_loop_stops_after_the_current_sub_agent() -> None:
 
 async def test_tr05_break_loop_in_a_later_iteration_unbounded_loop() -> None:
     """max_iterations=0 is unbounded; the break ends it (iteration index recorded)."""
-    a, am = agent("A", [say("1"), say("2"), calls(call("stop")), say("3")],
-                  tools=[stop_tool()])
+    a, am = agent("A", [say("1"), say("2"), calls(call("stop")), say("3")], tools=[stop_tool()])
     events = await run(rk.LoopAgent("L", [a]), "go")
     summary = await summarize(events)
     assert [s[3] for s in summary] == ["1", "2", "call:stop", "stopping", "3"]
@@ -447,7 +496,10 @@ async def test_tr05_loop_error_stops_the_loop() -> None:
     a, am = agent("A", [say("1"), say("2"), RuntimeError("error on iteration 3"), say("x")])
     events = await run(rk.LoopAgent("L", [a], max_iterations=10), "go")
     assert [s[3] for s in await summarize(events)] == [
-        "1", "2", "RuntimeError: error on iteration 3"]
+        "1",
+        "2",
+        "RuntimeError: error on iteration 3",
+    ]
     assert len(am.requests) == 3
 
 
@@ -456,29 +508,37 @@ async def test_tr05_loop_interrupt_resumes_at_the_right_iteration_and_index() ->
     B of iteration 2 without re-running A, then runs iteration 3. Addresses follow D7."""
     store = rk.InMemoryCheckpointStore()
 
-    def build(a_script: list[Any], b_script: list[Any]) -> tuple[
-            rk.Agent, rk.ScriptedModel, rk.ScriptedModel, Approvals]:
+    def build(
+        a_script: list[Any], b_script: list[Any]
+    ) -> tuple[rk.Agent, rk.ScriptedModel, rk.ScriptedModel, Approvals]:
         approvals = Approvals()
         a, am = agent("A", a_script)
         b, bm = agent("B", b_script, tools=[approvals.tool])
         return rk.LoopAgent("L", [a, b], max_iterations=3), am, bm, approvals
 
-    loop, am, bm, _ = build([say("a1"), say("a2")],
-                            [say("b1"), calls(call("approve", {"item": "it2"}, "bc"))])
-    first = await collect(rk.Runner(loop, checkpoint_store=store).query(
-        "go", checkpoint_id="cp"))
+    loop, am, bm, _ = build(
+        [say("a1"), say("a2")], [say("b1"), calls(call("approve", {"item": "it2"}, "bc"))]
+    )
+    first = await collect(rk.Runner(loop, checkpoint_store=store).query("go", checkpoint_id="cp"))
     assert [s[3] for s in await summarize(first)] == ["a1", "b1", "a2", "call:approve", None]
     [ctx] = interrupt_of(first).contexts
-    assert chain(ctx) == [("agent:L", "agent:B", "tool:approve:bc"), ("agent:L", "agent:B"),
-                          ("agent:L",)]
+    assert chain(ctx) == [
+        ("agent:L", "agent:B", "tool:approve:bc"),
+        ("agent:L", "agent:B"),
+        ("agent:L",),
+    ]
     assert (len(am.requests), len(bm.requests)) == (2, 2)
 
     loop2, am2, bm2, approvals2 = build([say("a3")], [say("b2"), say("b3")])
-    second = await collect(rk.Runner(loop2, checkpoint_store=store).resume(
-        "cp", targets={ctx.id: "yes"}))
+    second = await collect(
+        rk.Runner(loop2, checkpoint_store=store).resume("cp", targets={ctx.id: "yes"})
+    )
     assert [(s[0], tuple(s[1]), s[3]) for s in await summarize(second)] == [
-        ("B", ("L", "B"), "it2: yes"), ("B", ("L", "B"), "b2"),
-        ("A", ("L", "A"), "a3"), ("B", ("L", "B"), "b3")]
+        ("B", ("L", "B"), "it2: yes"),
+        ("B", ("L", "B"), "b2"),
+        ("A", ("L", "A"), "a3"),
+        ("B", ("L", "B"), "b3"),
+    ]
     assert (len(am2.requests), len(bm2.requests)) == (1, 2)
     assert approvals2.calls == [("it2", True, "yes")]
 
@@ -488,20 +548,28 @@ async def test_tr05_loop_agent_interrupting_every_iteration_keeps_its_id() -> No
     the interrupt id."""
     store = rk.InMemoryCheckpointStore()
     approvals = Approvals()
-    a, am = agent("A", [calls(call("approve", {"item": "i1"}, "c")), say("one"),
-                        calls(call("approve", {"item": "i2"}, "c")), say("two")],
-                  tools=[approvals.tool])
+    a, am = agent(
+        "A",
+        [
+            calls(call("approve", {"item": "i1"}, "c")),
+            say("one"),
+            calls(call("approve", {"item": "i2"}, "c")),
+            say("two"),
+        ],
+        tools=[approvals.tool],
+    )
     loop = rk.LoopAgent("L", [a], max_iterations=2)
-    first = await collect(rk.Runner(loop, checkpoint_store=store).query(
-        "go", checkpoint_id="cp"))
+    first = await collect(rk.Runner(loop, checkpoint_store=store).query("go", checkpoint_id="cp"))
     [ctx1] = interrupt_of(first).contexts
-    second = await collect(rk.Runner(loop, checkpoint_store=store).resume(
-        "cp", targets={ctx1.id: "y1"}))
+    second = await collect(
+        rk.Runner(loop, checkpoint_store=store).resume("cp", targets={ctx1.id: "y1"})
+    )
     assert [s[3] for s in await summarize(second)][:3] == ["i1: y1", "one", "call:approve"]
     [ctx2] = interrupt_of(second).contexts
     assert ctx2.info == {"approve": "i2"}
     assert ctx2.id == ctx1.id
-    third = await collect(rk.Runner(loop, checkpoint_store=store).resume(
-        "cp", targets={ctx2.id: "y2"}))
+    third = await collect(
+        rk.Runner(loop, checkpoint_store=store).resume("cp", targets={ctx2.id: "y2"})
+    )
     assert [s[3] for s in await summarize(third)] == ["i2: y2", "two"]
     assert len(am.requests) == 4

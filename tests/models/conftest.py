@@ -86,13 +86,15 @@ class MockServer:
         with self.lock:
             self.replies.extend(replies)
 
-    def enqueue_json(self, body: Any, status: int = 200, *, times: int = 1,
-                     headers: dict[str, str] | None = None) -> None:
+    def enqueue_json(
+        self, body: Any, status: int = 200, *, times: int = 1, headers: dict[str, str] | None = None
+    ) -> None:
         """Answer the next ``times`` requests with this JSON body and status."""
         self.enqueue(*[Reply(status, body, None, dict(headers or {}))] * times)
 
-    def enqueue_sse(self, events: list[tuple[str | None, Any]], status: int = 200, *,
-                    hold_open: bool = False) -> None:
+    def enqueue_sse(
+        self, events: list[tuple[str | None, Any]], status: int = 200, *, hold_open: bool = False
+    ) -> None:
         """Answer the next request with these server-sent events ``(event or None, data)``;
         with ``hold_open``, keep the stream open after them until the client hangs up."""
         self.enqueue(Reply(status, None, list(events), hold_open=hold_open))
@@ -122,15 +124,25 @@ class MockServer:
         except ValueError:
             body = raw.decode("utf-8", errors="replace")
         with self.lock:
-            self.requests.append(Recorded(request.method, request.url.path, request.url.query,
-                                          {k.lower(): v for k, v in request.headers.items()},
-                                          body))
+            self.requests.append(
+                Recorded(
+                    request.method,
+                    request.url.path,
+                    request.url.query,
+                    {k.lower(): v for k, v in request.headers.items()},
+                    body,
+                )
+            )
             reply = self.replies.popleft() if self.replies else None
         if reply is None:
             return JSONResponse({"error": {"message": "no scripted reply left"}}, status_code=599)
         if reply.sse is not None:
-            return StreamingResponse(self._sse(reply), status_code=reply.status,
-                                     media_type="text/event-stream", headers=reply.headers)
+            return StreamingResponse(
+                self._sse(reply),
+                status_code=reply.status,
+                media_type="text/event-stream",
+                headers=reply.headers,
+            )
         return JSONResponse(reply.json, status_code=reply.status, headers=reply.headers)
 
     async def _sse(self, reply: Reply) -> AsyncIterator[bytes]:
@@ -164,8 +176,9 @@ def _running_server() -> Iterator[MockServer]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
-                                           timeout_graceful_shutdown=1))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -261,9 +274,11 @@ def http_date() -> Callable[[float], str]:
 @pytest.fixture
 def weather_tool() -> ToolSpec:
     """A tool with one required string argument, as every provider test offers it."""
-    return ToolSpec("get_weather", "Current weather for a city",
-                    {"type": "object", "properties": {"city": {"type": "string"}},
-                     "required": ["city"]})
+    return ToolSpec(
+        "get_weather",
+        "Current weather for a city",
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    )
 
 
 @pytest.fixture

@@ -18,10 +18,16 @@ if TYPE_CHECKING:
 
 
 def completion(text: str) -> dict[str, object]:
-    return {"id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+    return {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "m",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 async def test_provider_specs_build_the_provider_classes() -> None:
@@ -29,10 +35,12 @@ async def test_provider_specs_build_the_provider_classes() -> None:
     from relaykit.models.gemini import GeminiModel
     from relaykit.models.openai import OpenAIModel
 
-    cases = [("openai:gpt-4o-mini", OpenAIModel, "gpt-4o-mini"),
-             ("anthropic:claude-sonnet-4-5", AnthropicModel, "claude-sonnet-4-5"),
-             ("gemini:gemini-2.5-flash", GeminiModel, "gemini-2.5-flash"),
-             (" OpenAI : gpt-4o ", OpenAIModel, "gpt-4o")]
+    cases = [
+        ("openai:gpt-4o-mini", OpenAIModel, "gpt-4o-mini"),
+        ("anthropic:claude-sonnet-4-5", AnthropicModel, "claude-sonnet-4-5"),
+        ("gemini:gemini-2.5-flash", GeminiModel, "gemini-2.5-flash"),
+        (" OpenAI : gpt-4o ", OpenAIModel, "gpt-4o"),
+    ]
     for spec, cls, name in cases:
         model = from_string(spec, api_key="k", base_url="http://127.0.0.1:9")
         assert isinstance(model, cls) and isinstance(model, ChatModel)
@@ -41,7 +49,8 @@ async def test_provider_specs_build_the_provider_classes() -> None:
 
 
 async def test_openai_compatible_spec_talks_to_its_base_url(
-        server: MockServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    server: MockServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # local servers need no key
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     server.enqueue_json(completion("hi from llama"))
@@ -61,12 +70,17 @@ async def test_openai_compatible_spec_talks_to_its_base_url(
         await model.aclose()
 
 
-async def test_retry_options_pass_through_to_the_model(server: MockServer,
-                                                      retry_delays: list[float]) -> None:
+async def test_retry_options_pass_through_to_the_model(
+    server: MockServer, retry_delays: list[float]
+) -> None:
     server.enqueue_json({"error": {"message": "busy"}}, 503, headers={"retry-after": "2"})
     server.enqueue_json({"error": {"message": "busy"}}, 503, headers={"retry-after": "20"})
-    model = from_string(f"openai-compatible:llama3@{server.base_url}/v1", max_retries=5,
-                        backoff_base=0.25, max_backoff=10)
+    model = from_string(
+        f"openai-compatible:llama3@{server.base_url}/v1",
+        max_retries=5,
+        backoff_base=0.25,
+        max_backoff=10,
+    )
     try:
         with pytest.raises(ModelError, match=r"asked to wait 20 s .* max_backoff=10 s"):
             await model.generate(ModelRequest([Message.user("hi")]))
@@ -76,8 +90,14 @@ async def test_retry_options_pass_through_to_the_model(server: MockServer,
     assert len(server.requests) == 2
 
 
-@pytest.mark.parametrize("spec", ["openai-compatible:llama3", "openai-compatible:@http://x",
-                                  "openai-compatible:llama3@localhost:8000"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "openai-compatible:llama3",
+        "openai-compatible:@http://x",
+        "openai-compatible:llama3@localhost:8000",
+    ],
+)
 def test_openai_compatible_needs_model_and_url(spec: str) -> None:
     with pytest.raises(ConfigurationError, match="<model>@<base_url>"):
         from_string(spec)
@@ -106,7 +126,9 @@ def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_core_import_does_not_import_provider_sdks() -> None:
-    code = ("import sys, relaykit, relaykit.models, relaykit.models.registry\n"
-            "loaded = [m for m in ('openai', 'anthropic', 'google.genai') if m in sys.modules]\n"
-            "assert not loaded, loaded\n")
+    code = (
+        "import sys, relaykit, relaykit.models, relaykit.models.registry\n"
+        "loaded = [m for m in ('openai', 'anthropic', 'google.genai') if m in sys.modules]\n"
+        "assert not loaded, loaded\n"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

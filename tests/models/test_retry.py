@@ -11,19 +11,22 @@ from relaykit.models._retry import RetryPolicy, retry_after_seconds
 from relaykit.models.gemini import retry_info_seconds
 
 
-@pytest.mark.parametrize(("headers", "seconds"), [
-    ({"retry-after": "17"}, 17.0),
-    ({"retry-after": "2.5"}, 2.5),
-    ({"retry-after-ms": "250"}, 0.25),
-    ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),  # the finer header wins
-    ({"retry-after-ms": "soon", "retry-after": "9"}, 9.0),
-    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
-    ({"retry-after": "-3"}, None),
-    ({"retry-after": "nan"}, None),
-    ({"retry-after": "tomorrow"}, None),
-    ({}, None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "17"}, 17.0),
+        ({"retry-after": "2.5"}, 2.5),
+        ({"retry-after-ms": "250"}, 0.25),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),  # the finer header wins
+        ({"retry-after-ms": "soon", "retry-after": "9"}, 9.0),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),  # a date in the past
+        ({"retry-after": "-3"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "tomorrow"}, None),
+        ({}, None),
+        (None, None),
+    ],
+)
 def test_retry_after_values(headers: dict[str, str] | None, seconds: float | None) -> None:
     assert retry_after_seconds(headers) == seconds
 
@@ -45,15 +48,29 @@ def test_retry_after_beyond_float_range_is_an_endless_wait() -> None:
     assert RetryPolicy(max_backoff=3600).exceeds(seconds)
 
 
-@pytest.mark.parametrize(("delay", "seconds"), [
-    ("17s", 17.0), ("1.5s", 1.5), ("0.000340s", 0.00034), ("17", None), ("-1s", None),
-    (17, None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("delay", "seconds"),
+    [
+        ("17s", 17.0),
+        ("1.5s", 1.5),
+        ("0.000340s", 0.00034),
+        ("17", None),
+        ("-1s", None),
+        (17, None),
+        (None, None),
+    ],
+)
 def test_gemini_retry_info_delay(delay: object, seconds: float | None) -> None:
-    body = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "details": [
-        {"@type": "type.googleapis.com/google.rpc.Help", "links": []},
-        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay},
-    ]}}
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.Help", "links": []},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay},
+            ],
+        }
+    }
     assert retry_info_seconds(body) == seconds
 
 
@@ -70,8 +87,10 @@ def test_backoff_stays_capped_over_thousands_of_retries() -> None:
     assert policy.delay(0, retry_after=6.5) == 6.5  # a hint within max_backoff, waited in full
 
 
-@pytest.mark.parametrize("options", [{"max_retries": -1}, {"backoff_base": -0.5},
-                                     {"max_backoff": -1}, {"max_backoff": math.nan}])
+@pytest.mark.parametrize(
+    "options",
+    [{"max_retries": -1}, {"backoff_base": -0.5}, {"max_backoff": -1}, {"max_backoff": math.nan}],
+)
 def test_retry_policy_rejects_negative_settings(options: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=">= 0"):
         RetryPolicy(**options)  # type: ignore[arg-type]

@@ -28,9 +28,12 @@ async def main(root: str, folder: Path, worker: str, count: int) -> None:
             raise SystemExit(f"{worker}: nobody said go")
         await asyncio.sleep(0.002)
     contents = [f"{worker}-{i}" for i in range(count)]
-    versions = await asyncio.gather(*(
-        store.save("shop", "alice", "s-1", "race.txt", Blob("text/plain", content.encode()))
-        for content in contents))
+    versions = await asyncio.gather(
+        *(
+            store.save("shop", "alice", "s-1", "race.txt", Blob("text/plain", content.encode()))
+            for content in contents
+        )
+    )
     saved = dict(zip(map(str, versions), contents, strict=True))
     (folder / f"{worker}.json").write_text(json.dumps(saved))
 

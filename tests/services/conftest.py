@@ -37,9 +37,15 @@ def case(request: pytest.FixtureRequest, tmp_path: Path) -> ArtifactCase:
     """Each artifact store, empty (the file store's root is an empty folder)."""
     if request.param == "memory":
         memory = InMemoryArtifactService()
-        return ArtifactCase("memory", memory, lambda: [
-            (scope, name, len(versions))
-            for scope, names in memory._artifacts.items() for name, versions in names.items()])
+        return ArtifactCase(
+            "memory",
+            memory,
+            lambda: [
+                (scope, name, len(versions))
+                for scope, names in memory._artifacts.items()
+                for name, versions in names.items()
+            ],
+        )
     root = tmp_path / "artifacts"
     root.mkdir()
     return ArtifactCase("file", FileArtifactService(root), lambda: files_under(root))

@@ -28,10 +28,14 @@ async def test_service_satisfies_the_protocol(case: ArtifactCase) -> None:
 
 
 async def test_versions_count_from_zero_and_load_returns_the_latest_or_the_chosen_one(
-        case: ArtifactCase) -> None:
+    case: ArtifactCase,
+) -> None:
     store = case.service
-    assert [await store.save(APP, USER, SESSION, "notes.txt", text(f"v{i}"))
-            for i in range(3)] == [0, 1, 2]
+    assert [await store.save(APP, USER, SESSION, "notes.txt", text(f"v{i}")) for i in range(3)] == [
+        0,
+        1,
+        2,
+    ]
     assert await store.load(APP, USER, SESSION, "notes.txt") == text("v2")
     assert await store.load(APP, USER, SESSION, "notes.txt", version=0) == text("v0")
     assert await store.load(APP, USER, SESSION, "notes.txt", 1) == text("v1")
@@ -63,7 +67,8 @@ async def test_loading_a_missing_artifact_or_version_returns_none(case: Artifact
 
 
 async def test_delete_forgets_every_version_and_the_next_save_starts_at_zero(
-        case: ArtifactCase) -> None:
+    case: ArtifactCase,
+) -> None:
     store = case.service
     await store.save(APP, USER, SESSION, "notes.txt", text("v0"))
     await store.save(APP, USER, SESSION, "notes.txt", text("v1"))
@@ -83,8 +88,7 @@ async def test_deleting_a_missing_artifact_is_not_an_error(case: ArtifactCase) -
     assert case.stored() == []
 
 
-async def test_user_names_are_shared_by_all_sessions_of_the_user_only(
-        case: ArtifactCase) -> None:
+async def test_user_names_are_shared_by_all_sessions_of_the_user_only(case: ArtifactCase) -> None:
     store = case.service
     assert await store.save(APP, USER, "s-1", "user:profile.json", text("v0")) == 0
     # Another session of the same user adds the next version of the same artifact.
@@ -108,13 +112,15 @@ async def test_list_names_is_sorted_and_includes_the_users_names(case: ArtifactC
         await store.save(APP, USER, SESSION, name, text(name))
     await store.save(APP, USER, "s-2", "elsewhere.txt", text("not this session"))
     assert await store.list_names(APP, USER, SESSION) == [
-        "alpha.txt", "user:a.txt", "user:b.txt", "zeta.txt"]
-    assert await store.list_names(APP, USER, "s-2") == [
-        "elsewhere.txt", "user:a.txt", "user:b.txt"]
+        "alpha.txt",
+        "user:a.txt",
+        "user:b.txt",
+        "zeta.txt",
+    ]
+    assert await store.list_names(APP, USER, "s-2") == ["elsewhere.txt", "user:a.txt", "user:b.txt"]
 
 
-async def test_a_user_artifact_deleted_from_any_session_is_gone_for_all(
-        case: ArtifactCase) -> None:
+async def test_a_user_artifact_deleted_from_any_session_is_gone_for_all(case: ArtifactCase) -> None:
     store = case.service
     await store.save(APP, USER, "s-1", "user:avatar.png", Blob("image/png", b"\x89PNG"))
     await store.delete(APP, USER, "s-2", "user:avatar.png")
@@ -147,14 +153,23 @@ async def test_stored_blobs_are_copies(case: ArtifactCase) -> None:
     loaded = await store.load(APP, USER, SESSION, "a.txt")
     assert loaded == Blob("text/plain", b"original", "a.txt")
     loaded.name = "renamed"
-    assert await store.load(APP, USER, SESSION, "a.txt") == Blob("text/plain", b"original",
-                                                                 "a.txt")
+    assert await store.load(APP, USER, SESSION, "a.txt") == Blob("text/plain", b"original", "a.txt")
 
 
 async def test_unusual_but_valid_names_and_ids_work(case: ArtifactCase) -> None:
     store = case.service
-    names = ["x" * 255, "ünïcødé ✓ 😀.txt", "with space", "v1..v2.txt", "ab:c", "user:x",
-             "user:" + "y" * 250, "_user", "COLON:", "'; DROP TABLE x; --"]
+    names = [
+        "x" * 255,
+        "ünïcødé ✓ 😀.txt",
+        "with space",
+        "v1..v2.txt",
+        "ab:c",
+        "user:x",
+        "user:" + "y" * 250,
+        "_user",
+        "COLON:",
+        "'; DROP TABLE x; --",
+    ]
     for name in names:
         assert await store.save(APP, USER, SESSION, name, text(name)) == 0
     for name in names:
@@ -165,9 +180,28 @@ async def test_unusual_but_valid_names_and_ids_work(case: ArtifactCase) -> None:
 
 
 BAD_NAMES = [
-    "../x", "a/../../b", "/etc/passwd", "..", ".", ".hidden", "C:\\x", "c:x", "a\\b", "a/b",
-    "\\\\server\\share", "nul\x00byte", "x" * 256, "é" * 128, "", "user:", "user:../x",
-    "user:..", "user:.hidden", "user:a/b", "user:C:x", "bad\ud800surrogate",
+    "../x",
+    "a/../../b",
+    "/etc/passwd",
+    "..",
+    ".",
+    ".hidden",
+    "C:\\x",
+    "c:x",
+    "a\\b",
+    "a/b",
+    "\\\\server\\share",
+    "nul\x00byte",
+    "x" * 256,
+    "é" * 128,
+    "",
+    "user:",
+    "user:../x",
+    "user:..",
+    "user:.hidden",
+    "user:a/b",
+    "user:C:x",
+    "bad\ud800surrogate",
 ]
 
 
@@ -183,7 +217,8 @@ def _calls(name: str) -> list[tuple[str, Any]]:
 
 @pytest.mark.parametrize("name", BAD_NAMES, ids=lambda n: repr(n)[:20])
 async def test_unsafe_names_are_refused_before_anything_is_written(
-        case: ArtifactCase, name: str) -> None:
+    case: ArtifactCase, name: str
+) -> None:
     for method, call in _calls(name):
         with pytest.raises(ArtifactNameError, match="artifact name") as caught:
             await call(case.service)
@@ -199,16 +234,22 @@ async def test_names_that_are_not_strings_are_refused(case: ArtifactCase, name: 
 
 
 @pytest.mark.parametrize("position", ["app name", "user id", "session id"])
-@pytest.mark.parametrize("bad", ["..", ".", "../etc", "/abs", "a\\b", "C:x", "", "z" * 256,
-                                 "nul\x00", 42])
+@pytest.mark.parametrize(
+    "bad", ["..", ".", "../etc", "/abs", "a\\b", "C:x", "", "z" * 256, "nul\x00", 42]
+)
 async def test_unsafe_ids_are_refused_before_anything_is_written(
-        case: ArtifactCase, position: str, bad: Any) -> None:
+    case: ArtifactCase, position: str, bad: Any
+) -> None:
     ids = {"app name": APP, "user id": USER, "session id": SESSION} | {position: bad}
     scope = (ids["app name"], ids["user id"], ids["session id"])
     store = case.service
-    for call in [store.save(*scope, "a.txt", text("content")), store.load(*scope, "a.txt"),
-                 store.list_names(*scope), store.list_versions(*scope, "a.txt"),
-                 store.delete(*scope, "a.txt")]:
+    for call in [
+        store.save(*scope, "a.txt", text("content")),
+        store.load(*scope, "a.txt"),
+        store.list_names(*scope),
+        store.list_versions(*scope, "a.txt"),
+        store.delete(*scope, "a.txt"),
+    ]:
         with pytest.raises(ArtifactNameError, match=position):
             await call
     assert case.stored() == []
@@ -242,8 +283,9 @@ async def test_wrong_blobs_and_versions_raise_clear_errors(case: ArtifactCase) -
 
 async def test_concurrent_saves_of_one_name_get_distinct_versions(case: ArtifactCase) -> None:
     store = case.service
-    versions = await asyncio.gather(*(store.save(APP, USER, SESSION, "log.txt", text(f"{i}"))
-                                      for i in range(30)))
+    versions = await asyncio.gather(
+        *(store.save(APP, USER, SESSION, "log.txt", text(f"{i}")) for i in range(30))
+    )
     assert sorted(versions) == list(range(30))
     for i, version in enumerate(versions):
         assert await store.load(APP, USER, SESSION, "log.txt", version) == text(f"{i}")

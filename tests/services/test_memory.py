@@ -31,12 +31,18 @@ class Session:
     events: list[Event] = field(default_factory=list)
 
 
-def session(session_id: str, *texts: str, app: str = "shop", user: str = "alice",
-            start: float = 100.0) -> Session:
+def session(
+    session_id: str, *texts: str, app: str = "shop", user: str = "alice", start: float = 100.0
+) -> Session:
     """A session whose events alternate user and assistant messages, one second apart."""
-    events = [Event("user" if i % 2 == 0 else "helper",
-                    Message.user(t) if i % 2 == 0 else Message.assistant(t), start + i)
-              for i, t in enumerate(texts)]
+    events = [
+        Event(
+            "user" if i % 2 == 0 else "helper",
+            Message.user(t) if i % 2 == 0 else Message.assistant(t),
+            start + i,
+        )
+        for i, t in enumerate(texts)
+    ]
     return Session(app, user, session_id, events)
 
 
@@ -55,10 +61,13 @@ async def test_nothing_is_remembered_until_a_session_is_added() -> None:
 
 async def test_search_matches_words_case_insensitively() -> None:
     memory = InMemoryMemoryService()
-    await memory.add_session(session("s-1", "My shoe size is 38.", "Noted: SIZE 38.",
-                                     "I live in Lyon", "Nice city"))
+    await memory.add_session(
+        session("s-1", "My shoe size is 38.", "Noted: SIZE 38.", "I live in Lyon", "Nice city")
+    )
     assert contents(await memory.search("shop", "alice", "what is my Size?")) == [
-        "My shoe size is 38.", "Noted: SIZE 38."]
+        "My shoe size is 38.",
+        "Noted: SIZE 38.",
+    ]
     assert contents(await memory.search("shop", "alice", "lyon")) == ["I live in Lyon"]
     assert await memory.search("shop", "alice", "siz") == []  # whole words only
 
@@ -68,7 +77,8 @@ async def test_entries_say_who_wrote_what_when_and_in_which_session() -> None:
     await memory.add_session(session("s-1", "hello there", "hello alice", start=50.0))
     assert await memory.search("shop", "alice", "hello") == [
         MemoryEntry("helper", Message.assistant("hello alice"), 51.0, "s-1"),
-        MemoryEntry("user", Message.user("hello there"), 50.0, "s-1")]
+        MemoryEntry("user", Message.user("hello there"), 50.0, "s-1"),
+    ]
 
 
 async def test_results_are_ordered_by_score_then_newest_first() -> None:
@@ -78,9 +88,9 @@ async def test_results_are_ordered_by_score_then_newest_first() -> None:
     found = await memory.search("shop", "alice", "red blue shoes")
     assert contents(found) == [
         "red blue shoes",  # three shared words
-        "red shoes",       # two
-        "blue hat",        # one, newest
-        "red hat",         # one
+        "red shoes",  # two
+        "blue hat",  # one, newest
+        "red hat",  # one
     ]
 
 
@@ -105,7 +115,9 @@ async def test_adding_a_session_again_replaces_its_entries() -> None:
     grown.events.append(Event("helper", Message.assistant("order 42 delivered"), 500.0))
     await memory.add_session(grown)
     assert contents(await memory.search("shop", "alice", "order")) == [
-        "order 42 delivered", "order 42 shipped"]
+        "order 42 delivered",
+        "order 42 shipped",
+    ]
     # Re-adding a session that lost its texts forgets them; other sessions stay.
     await memory.add_session(session("s-2", "another order"))
     await memory.add_session(Session("shop", "alice", "s-1", []))
@@ -114,13 +126,23 @@ async def test_adding_a_session_again_replaces_its_entries() -> None:
 
 async def test_only_events_with_a_text_message_are_remembered() -> None:
     memory = InMemoryMemoryService()
-    await memory.add_session(Session("shop", "alice", "s-1", [
-        Event("helper", None, 1.0),  # an action or an error
-        Event("helper", Message.assistant("", [ToolCall("c1", "lookup", '{"q": "order"}')]),
-              2.0),
-        Event("user", Message.user("   \n"), 3.0),
-        Event("lookup", Message.tool("order found", tool_call_id="c1"), 4.0),
-    ]))
+    await memory.add_session(
+        Session(
+            "shop",
+            "alice",
+            "s-1",
+            [
+                Event("helper", None, 1.0),  # an action or an error
+                Event(
+                    "helper",
+                    Message.assistant("", [ToolCall("c1", "lookup", '{"q": "order"}')]),
+                    2.0,
+                ),
+                Event("user", Message.user("   \n"), 3.0),
+                Event("lookup", Message.tool("order found", tool_call_id="c1"), 4.0),
+            ],
+        )
+    )
     assert contents(await memory.search("shop", "alice", "order lookup")) == ["order found"]
 
 

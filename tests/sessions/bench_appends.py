@@ -34,8 +34,10 @@ from relaykit.codec import dumps
 from relaykit.sessions import DatabaseSessionService, Session, SessionEvent
 from relaykit.sessions._records import EVENT_FORMAT
 
-TEXT = ("The order 1234 was shipped on Monday and should arrive within three working days; "
-        "the customer asked whether the delivery address can still be changed to the office.")
+TEXT = (
+    "The order 1234 was shipped on Monday and should arrive within three working days; "
+    "the customer asked whether the delivery address can still be changed to the office."
+)
 
 
 def turn_events(turn: int) -> list[SessionEvent]:
@@ -43,17 +45,33 @@ def turn_events(turn: int) -> list[SessionEvent]:
     call = ToolCall(f"call-{turn}", "lookup_order", '{"order_id": "1234"}')
     return [
         SessionEvent(author="user", message=Message.user(f"{turn}: {TEXT}")),
-        SessionEvent(author="support", run_path=("root", "support"),
-                     message=Message.assistant(TEXT[:120], [call])),
-        SessionEvent(author="support", run_path=("root", "support"),
-                     message=Message.tool(TEXT, tool_call_id=call.id, tool_name=call.name)),
-        SessionEvent(author="support", run_path=("root", "support"),
-                     action=AgentAction(custom={"handoff": "billing"})),
-        SessionEvent(author="billing", run_path=("root", "billing"),
-                     message=Message.assistant(TEXT),
-                     state_delta={"last_order": "1234", "user:orders_seen": turn}),
-        SessionEvent(author="billing", run_path=("root", "billing"),
-                     message=Message.assistant(TEXT[:200]), state_delta={"temp:scratch": 1}),
+        SessionEvent(
+            author="support",
+            run_path=("root", "support"),
+            message=Message.assistant(TEXT[:120], [call]),
+        ),
+        SessionEvent(
+            author="support",
+            run_path=("root", "support"),
+            message=Message.tool(TEXT, tool_call_id=call.id, tool_name=call.name),
+        ),
+        SessionEvent(
+            author="support",
+            run_path=("root", "support"),
+            action=AgentAction(custom={"handoff": "billing"}),
+        ),
+        SessionEvent(
+            author="billing",
+            run_path=("root", "billing"),
+            message=Message.assistant(TEXT),
+            state_delta={"last_order": "1234", "user:orders_seen": turn},
+        ),
+        SessionEvent(
+            author="billing",
+            run_path=("root", "billing"),
+            message=Message.assistant(TEXT[:200]),
+            state_delta={"temp:scratch": 1},
+        ),
     ]
 
 
@@ -77,8 +95,7 @@ def rows_of(events: list[SessionEvent]) -> list[tuple[str, bytes]]:
     return out
 
 
-async def raw_sqlite_inserts(path: Path, rows: list[tuple[str, bytes]],
-                             session_pk: int) -> float:
+async def raw_sqlite_inserts(path: Path, rows: list[tuple[str, bytes]], session_pk: int) -> float:
     import aiosqlite
 
     async with aiosqlite.connect(path, isolation_level=None) as db:
@@ -87,20 +104,24 @@ async def raw_sqlite_inserts(path: Path, rows: list[tuple[str, bytes]],
         start = time.perf_counter()
         for seq, (event_id, data) in enumerate(rows, 1):
             await db.execute("BEGIN IMMEDIATE")
-            await db.execute("INSERT INTO relaykit_session_events (session_pk, seq, event_id, "
-                             "data) VALUES (?, ?, ?, ?)", (session_pk, seq, event_id, data))
+            await db.execute(
+                "INSERT INTO relaykit_session_events (session_pk, seq, event_id, "
+                "data) VALUES (?, ?, ?, ?)",
+                (session_pk, seq, event_id, data),
+            )
             await db.execute("COMMIT")
         return time.perf_counter() - start
 
 
-async def raw_postgres_inserts(url: str, rows: list[tuple[str, bytes]],
-                               session_pk: int) -> float:
+async def raw_postgres_inserts(url: str, rows: list[tuple[str, bytes]], session_pk: int) -> float:
     import asyncpg
 
     conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
-        statement = await conn.prepare("INSERT INTO relaykit_session_events (session_pk, seq, "
-                                       "event_id, data) VALUES ($1, $2, $3, $4)")
+        statement = await conn.prepare(
+            "INSERT INTO relaykit_session_events (session_pk, seq, "
+            "event_id, data) VALUES ($1, $2, $3, $4)"
+        )
         start = time.perf_counter()
         for seq, (event_id, data) in enumerate(rows, 1):
             async with conn.transaction():
@@ -117,8 +138,9 @@ def sqlite_bytes(path: Path) -> int:
     return path.stat().st_size
 
 
-async def compare(url: str, raw: Any, events: list[SessionEvent],
-                  rounds: int) -> tuple[float, float]:
+async def compare(
+    url: str, raw: Any, events: list[SessionEvent], rounds: int
+) -> tuple[float, float]:
     """Median appends/s of relaykit and of the raw inserts, over rounds that alternate the two
     (a machine's load changes within a run; alternating exposes both to it alike)."""
     rows = rows_of(events)
@@ -133,18 +155,25 @@ async def compare(url: str, raw: Any, events: list[SessionEvent],
 
 
 def row(backend: str, relaykit_rate: float, raw_rate: float) -> str:
-    return (f"| {backend} | {relaykit_rate:,.0f} | {raw_rate:,.0f} | "
-            f"{raw_rate / relaykit_rate:.2f}x |")
+    return (
+        f"| {backend} | {relaykit_rate:,.0f} | {raw_rate:,.0f} | {raw_rate / relaykit_rate:.2f}x |"
+    )
 
 
 async def main(count: int, rounds: int) -> None:
     events = [e for turn in range((count + 5) // 6) for e in turn_events(turn)][:count]
-    lines = ["| backend | relaykit appends/s | raw inserts/s | ratio (raw / relaykit) |",
-             "|---|---|---|---|"]
+    lines = [
+        "| backend | relaykit appends/s | raw inserts/s | ratio (raw / relaykit) |",
+        "|---|---|---|---|",
+    ]
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.db"
-        rates = await compare(f"sqlite+aiosqlite:///{path}",
-                              lambda rows, pk: raw_sqlite_inserts(path, rows, pk), events, rounds)
+        rates = await compare(
+            f"sqlite+aiosqlite:///{path}",
+            lambda rows, pk: raw_sqlite_inserts(path, rows, pk),
+            events,
+            rounds,
+        )
         lines.append(row("SQLite file", *rates))
 
         storage = Path(folder) / "storage.db"
@@ -152,20 +181,24 @@ async def main(count: int, rounds: int) -> None:
             await service.open()
         empty = sqlite_bytes(storage)
         _, session = await relaykit_appends(
-            f"sqlite+aiosqlite:///{storage}",
-            [e for turn in range(200) for e in turn_events(turn)])
+            f"sqlite+aiosqlite:///{storage}", [e for turn in range(200) for e in turn_events(turn)]
+        )
         used = sqlite_bytes(storage) - empty
     postgres = os.environ.get("RELAYKIT_TEST_POSTGRES_URL")
     if postgres:
         async with scratch_postgres_database(postgres) as url:
-            rates = await compare(url, lambda rows, pk: raw_postgres_inserts(url, rows, pk),
-                                  events, rounds)
+            rates = await compare(
+                url, lambda rows, pk: raw_postgres_inserts(url, rows, pk), events, rounds
+            )
         lines.append(row("PostgreSQL", *rates))
     stored = len(session.events)
-    lines += ["", f"{rounds} rounds of {count} events each, medians. Storage, SQLite: {stored} "
-              f"events (200 turns x 6, ~200-byte messages) take {used:,} bytes "
-              f"({used / stored:,.0f} bytes an event, {used / 2**20:.2f} MiB) beyond an empty "
-              "database."]
+    lines += [
+        "",
+        f"{rounds} rounds of {count} events each, medians. Storage, SQLite: {stored} "
+        f"events (200 turns x 6, ~200-byte messages) take {used:,} bytes "
+        f"({used / stored:,.0f} bytes an event, {used / 2**20:.2f} MiB) beyond an empty "
+        "database.",
+    ]
     print("\n".join(lines))
 
 

@@ -37,8 +37,9 @@ async def _wait_for(path: Path, name: str) -> None:
         await asyncio.sleep(0.002)
 
 
-async def hold(service: DatabaseSessionService, folder: Path, name: str,
-               arg: str) -> dict[str, Any]:
+async def hold(
+    service: DatabaseSessionService, folder: Path, name: str, arg: str
+) -> dict[str, Any]:
     async with service.lock(APP, USER, SESSION, timeout=30):
         (folder / f"{name}.held").touch()
         if arg == "forever":
@@ -47,8 +48,9 @@ async def hold(service: DatabaseSessionService, folder: Path, name: str,
     return {"outcome": "released"}
 
 
-async def try_lock(service: DatabaseSessionService, folder: Path, name: str,
-                   arg: str) -> dict[str, Any]:
+async def try_lock(
+    service: DatabaseSessionService, folder: Path, name: str, arg: str
+) -> dict[str, Any]:
     await service.open()  # connected and migrated: the wait is about the lock only
     (folder / f"{name}.ready").touch()
     await _wait_for(folder / "go", name)
@@ -59,8 +61,9 @@ async def try_lock(service: DatabaseSessionService, folder: Path, name: str,
         return {"outcome": "busy", "message": str(exc)}
 
 
-async def turns(service: DatabaseSessionService, folder: Path, name: str,
-                arg: str) -> dict[str, Any]:
+async def turns(
+    service: DatabaseSessionService, folder: Path, name: str, arg: str
+) -> dict[str, Any]:
     await service.open()
     (folder / f"{name}.ready").touch()
     await _wait_for(folder / "go", name)
@@ -71,9 +74,14 @@ async def turns(service: DatabaseSessionService, folder: Path, name: str,
                 session = await service.get_session(APP, USER, SESSION)
                 assert session is not None
                 count = session.state.get("count", 0)
-                await service.append_event(session, SessionEvent(
-                    author=name, message=Message.assistant(f"{name} {n}"),
-                    state_delta={"count": count + 1}))
+                await service.append_event(
+                    session,
+                    SessionEvent(
+                        author=name,
+                        message=Message.assistant(f"{name} {n}"),
+                        state_delta={"count": count + 1},
+                    ),
+                )
         except Exception as exc:
             failed.append(repr(exc))
     return {"outcome": "done", "failed": failed}

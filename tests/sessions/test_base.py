@@ -22,10 +22,19 @@ from relaykit.sessions import (
 from relaykit.sessions.base import validate_lock_timeout
 
 
-@pytest.mark.parametrize(("key", "scope"), [
-    ("app:theme", "app"), ("user:name", "user"), ("temp:draft", "temp"), ("cart", "session"),
-    ("App:x", "session"), ("application", "session"), ("user", "session"), ("x:app:y", "session"),
-])
+@pytest.mark.parametrize(
+    ("key", "scope"),
+    [
+        ("app:theme", "app"),
+        ("user:name", "user"),
+        ("temp:draft", "temp"),
+        ("cart", "session"),
+        ("App:x", "session"),
+        ("application", "session"),
+        ("user", "session"),
+        ("x:app:y", "session"),
+    ],
+)
 def test_the_prefix_of_a_state_key_names_its_scope(key: str, scope: str) -> None:
     assert state_scope(key) == scope
 
@@ -35,9 +44,13 @@ def test_a_compaction_summary_is_an_exact_custom_action() -> None:
         return SessionEvent(action=AgentAction(custom=custom))
 
     assert compaction_range(with_custom({"compaction": {"start": "e1", "end": "e9"}})) == (
-        "e1", "e9")
+        "e1",
+        "e9",
+    )
     not_summaries = [
-        SessionEvent(), with_custom(None), with_custom("compaction"),
+        SessionEvent(),
+        with_custom(None),
+        with_custom("compaction"),
         with_custom({"compaction": {"start": "e1"}}),
         with_custom({"compaction": {"start": "e1", "end": "e9", "extra": 1}}),
         with_custom({"compaction": {"start": "e1", "end": "e9"}, "other": 1}),
@@ -75,10 +88,17 @@ def test_lock_timeouts_are_seconds_at_least_zero() -> None:
 
 
 def test_a_session_event_is_a_registered_type_that_round_trips_through_the_codec() -> None:
-    event = SessionEvent(id="e1", invocation_id="i1", author="agent", timestamp=1.5,
-                         message=Message.assistant("hi"), run_path=("root", "agent"),
-                         action=AgentAction(exit=True), error="ValueError: bad",
-                         state_delta={"k": (1, 2)})
+    event = SessionEvent(
+        id="e1",
+        invocation_id="i1",
+        author="agent",
+        timestamp=1.5,
+        message=Message.assistant("hi"),
+        run_path=("root", "agent"),
+        action=AgentAction(exit=True),
+        error="ValueError: bad",
+        state_delta={"k": (1, 2)},
+    )
 
     data = dumps(event, kind="relaykit/session-event")
 
@@ -92,7 +112,9 @@ def test_sessions_and_events_start_empty() -> None:
 
 
 def test_importing_the_sessions_package_does_not_load_sqlalchemy() -> None:
-    code = ("import sys, relaykit.sessions as s; "
-            "assert 'sqlalchemy' not in sys.modules; s.DatabaseSessionService; "
-            "assert 'sqlalchemy' in sys.modules")
+    code = (
+        "import sys, relaykit.sessions as s; "
+        "assert 'sqlalchemy' not in sys.modules; s.DatabaseSessionService; "
+        "assert 'sqlalchemy' in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

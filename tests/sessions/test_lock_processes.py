@@ -33,8 +33,17 @@ class Worker:
     @classmethod
     async def start(cls, mode: str, url: str, folder: Path, name: str, arg: str) -> Worker:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tests.sessions.lock_worker", mode, url, str(folder), name,
-            arg, cwd=ROOT, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "tests.sessions.lock_worker",
+            mode,
+            url,
+            str(folder),
+            name,
+            arg,
+            cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )
         return cls(proc, folder, name)
 
     async def signalled(self, suffix: str) -> None:
@@ -69,7 +78,8 @@ def folder(tmp_path: Path) -> Path:
 
 
 async def test_a_process_waits_for_anothers_turn_gets_busy_after_the_timeout_then_takes_it(
-        database_url: str, folder: Path) -> None:
+    database_url: str, folder: Path
+) -> None:
     holder = await Worker.start("hold", database_url, folder, "holder", "until-release")
     try:
         await holder.signalled("held")
@@ -86,7 +96,8 @@ async def test_a_process_waits_for_anothers_turn_gets_busy_after_the_timeout_the
 
 
 async def test_a_process_gets_the_lock_this_process_releases_and_busy_while_it_is_held(
-        database_url: str, folder: Path) -> None:
+    database_url: str, folder: Path
+) -> None:
     async with DatabaseSessionService(database_url) as service:
         impatient = await Worker.start("try", database_url, folder, "impatient", "0.3")
         patient = await Worker.start("try", database_url, folder, "patient", "60")
@@ -105,7 +116,8 @@ async def test_a_process_gets_the_lock_this_process_releases_and_busy_while_it_i
 
 
 async def test_the_lock_of_a_process_killed_with_sigkill_is_taken_by_another_process(
-        database_url: str, folder: Path) -> None:
+    database_url: str, folder: Path
+) -> None:
     holder = await Worker.start("hold", database_url, folder, "holder", "forever")
     try:
         await holder.signalled("held")
@@ -124,12 +136,14 @@ async def test_the_lock_of_a_process_killed_with_sigkill_is_taken_by_another_pro
 
 
 async def test_processes_taking_turns_under_the_lock_never_interleave(
-        database_url: str, folder: Path) -> None:
+    database_url: str, folder: Path
+) -> None:
     async with DatabaseSessionService(database_url) as service:
         await service.create_session(APP, USER, SESSION)
     names, count = ["p1", "p2", "p3"], 25
-    workers = [await Worker.start("turns", database_url, folder, name, str(count))
-               for name in names]
+    workers = [
+        await Worker.start("turns", database_url, folder, name, str(count)) for name in names
+    ]
     try:
         for worker in workers:
             await worker.signalled("ready")
@@ -148,4 +162,5 @@ async def test_processes_taking_turns_under_the_lock_never_interleave(
     assert session.state["count"] == len(names) * count
     for name in names:
         assert [e.message.content for e in session.events if e.author == name] == [
-            f"{name} {n}" for n in range(count)]
+            f"{name} {n}" for n in range(count)
+        ]

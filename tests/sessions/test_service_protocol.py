@@ -40,8 +40,11 @@ def texts(events: list[SessionEvent]) -> list[str]:
 
 
 def summary(start: str, end: str, text: str = "summary") -> SessionEvent:
-    return SessionEvent(author="compactor", message=Message.assistant(text),
-                        action=AgentAction(custom={"compaction": {"start": start, "end": end}}))
+    return SessionEvent(
+        author="compactor",
+        message=Message.assistant(text),
+        action=AgentAction(custom={"compaction": {"start": start, "end": end}}),
+    )
 
 
 async def test_every_service_implements_the_protocol(service: Any) -> None:
@@ -50,10 +53,14 @@ async def test_every_service_implements_the_protocol(service: Any) -> None:
 
 # -- sessions --------------------------------------------------------------------------------------
 async def test_create_session_returns_an_empty_session_with_its_state_by_scope(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     created = await service.create_session(
-        APP, USER, "s1", {"app:theme": "dark", "user:name": "Ada", "cart": [1, 2],
-                          "temp:draft": "x"})
+        APP,
+        USER,
+        "s1",
+        {"app:theme": "dark", "user:name": "Ada", "cart": [1, 2], "temp:draft": "x"},
+    )
 
     assert (created.app_name, created.user_id, created.id) == (APP, USER, "s1")
     assert created.state == {"app:theme": "dark", "user:name": "Ada", "cart": [1, 2]}
@@ -72,8 +79,7 @@ async def test_create_session_without_an_id_generates_a_uuid4_hex(service: Any) 
     assert await service.get_session(APP, USER, first.id) is not None
 
 
-async def test_creating_a_session_whose_id_exists_raises_session_exists_error(
-        service: Any) -> None:
+async def test_creating_a_session_whose_id_exists_raises_session_exists_error(service: Any) -> None:
     await service.create_session(APP, USER, "s1", {"k": "first"})
     with pytest.raises(SessionExistsError, match="'s1'"):
         await service.create_session(APP, USER, "s1", {"k": "second"})
@@ -83,20 +89,24 @@ async def test_creating_a_session_whose_id_exists_raises_session_exists_error(
 
 
 async def test_the_same_session_id_under_another_user_or_app_is_another_session(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     await service.create_session(APP, USER, "s1", {"k": 1})
     await service.create_session(APP, "u2", "s1", {"k": 2})
     await service.create_session("other-app", USER, "s1", {"k": 3})
 
-    states = [(await service.get_session(app, user, "s1")).state["k"]
-              for app, user in ((APP, USER), (APP, "u2"), ("other-app", USER))]
+    states = [
+        (await service.get_session(app, user, "s1")).state["k"]
+        for app, user in ((APP, USER), (APP, "u2"), ("other-app", USER))
+    ]
     assert states == [1, 2, 3]
 
 
 async def test_concurrent_creates_of_one_id_have_exactly_one_winner(service: Any) -> None:
     results = await asyncio.gather(
         *(service.create_session(APP, USER, "s1", {"n": n}) for n in range(10)),
-        return_exceptions=True)
+        return_exceptions=True,
+    )
 
     winners = [r for r in results if isinstance(r, Session)]
     assert len(winners) == 1
@@ -109,11 +119,11 @@ async def test_get_session_of_a_missing_session_is_none(service: Any) -> None:
     assert await service.get_session(APP, USER, "nope") is None
 
 
-async def test_get_session_returns_every_event_in_order_with_the_merged_state(
-        service: Any) -> None:
+async def test_get_session_returns_every_event_in_order_with_the_merged_state(service: Any) -> None:
     session = await service.create_session(APP, USER, "s1")
-    appended = [await service.append_event(session, said(f"m{n}", state_delta={"n": n}))
-                for n in range(5)]
+    appended = [
+        await service.append_event(session, said(f"m{n}", state_delta={"n": n})) for n in range(5)
+    ]
 
     stored = await service.get_session(APP, USER, "s1")
     assert stored.events == appended
@@ -123,7 +133,8 @@ async def test_get_session_returns_every_event_in_order_with_the_merged_state(
 
 
 async def test_list_sessions_returns_the_users_sessions_oldest_first_without_events(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     s1 = await service.create_session(APP, USER, "s1", {"k": 1, "user:name": "Ada"})
     await service.create_session(APP, USER, "s2", {"k": 2, "app:v": 9})
     await service.create_session(APP, "u2", "s3")
@@ -134,14 +145,17 @@ async def test_list_sessions_returns_the_users_sessions_oldest_first_without_eve
 
     assert [s.id for s in listed] == ["s1", "s2"]
     assert [s.events for s in listed] == [[], []]
-    assert [s.state for s in listed] == [{"app:v": 9, "user:name": "Ada", "k": 1},
-                                         {"app:v": 9, "user:name": "Ada", "k": 2}]
+    assert [s.state for s in listed] == [
+        {"app:v": 9, "user:name": "Ada", "k": 1},
+        {"app:v": 9, "user:name": "Ada", "k": 2},
+    ]
     assert listed[0].last_update_time == s1.last_update_time
     assert await service.list_sessions(APP, "nobody") == []
 
 
 async def test_delete_session_removes_its_events_own_state_and_pause_but_not_shared_state(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1", {"own": 1, "user:u": 2, "app:a": 3})
     await service.append_event(session, said("hi", state_delta={"own": 4}))
     await service.set_checkpoint(APP, USER, "s1", b"pause")
@@ -167,7 +181,8 @@ async def test_deleting_a_missing_session_is_not_an_error(service: Any) -> None:
 
 # -- events ----------------------------------------------------------------------------------------
 async def test_append_event_to_a_missing_or_deleted_session_raises_session_not_found(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     ghost = Session(APP, USER, "ghost")
     with pytest.raises(SessionNotFoundError, match="'ghost'"):
         await service.append_event(ghost, said("hi"))
@@ -182,7 +197,8 @@ async def test_append_event_to_a_missing_or_deleted_session_raises_session_not_f
 
 
 async def test_append_event_returns_a_stored_copy_and_never_changes_the_callers_event(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
     event = said("hi", state_delta={"k": 1, "temp:t": 2})
     before = dataclasses.replace(event, state_delta=dict(event.state_delta))
@@ -199,7 +215,8 @@ async def test_append_event_returns_a_stored_copy_and_never_changes_the_callers_
 
 
 async def test_the_returned_copy_and_the_session_share_no_object_with_the_callers_event(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
     event = said("hi", state_delta={"items": [1, 2]})
 
@@ -214,7 +231,8 @@ async def test_the_returned_copy_and_the_session_share_no_object_with_the_caller
 
 
 async def test_an_event_or_value_that_would_not_load_back_is_refused_before_it_is_stored(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
     # run_path is a tuple of names: a list would be saved but could never be loaded again.
     with pytest.raises(SerializationError, match="run_path"):
@@ -240,8 +258,9 @@ async def test_append_event_updates_the_session_object_it_is_given(service: Any)
     session = await service.create_session(APP, USER, "s1", {"user:name": "Ada"})
     created_at = session.last_update_time
 
-    stored = await service.append_event(session, said(
-        "hi", state_delta={"app:a": 1, "user:name": "Bob", "k": 2, "temp:t": 3}))
+    stored = await service.append_event(
+        session, said("hi", state_delta={"app:a": 1, "user:name": "Bob", "k": 2, "temp:t": 3})
+    )
 
     assert session.events == [stored]
     assert session.state == {"app:a": 1, "user:name": "Bob", "k": 2}
@@ -252,10 +271,16 @@ async def test_append_event_updates_the_session_object_it_is_given(service: Any)
 async def test_every_field_of_an_event_comes_back_as_stored(service: Any) -> None:
     session = await service.create_session(APP, USER, "s1")
     event = SessionEvent(
-        id="e1", invocation_id="inv-1", author="planner", timestamp=3.0,
-        message=Message.assistant("plan", []), run_path=("root", "planner"),
-        action=AgentAction(exit=True, custom={"step": [1, 2]}), error="ToolError: no",
-        state_delta={"plan": {"steps": ("a", "b")}})
+        id="e1",
+        invocation_id="inv-1",
+        author="planner",
+        timestamp=3.0,
+        message=Message.assistant("plan", []),
+        run_path=("root", "planner"),
+        action=AgentAction(exit=True, custom={"step": [1, 2]}),
+        error="ToolError: no",
+        state_delta={"plan": {"steps": ("a", "b")}},
+    )
 
     await service.append_event(session, event)
 
@@ -264,18 +289,22 @@ async def test_every_field_of_an_event_comes_back_as_stored(service: Any) -> Non
 
 # -- state by scope --------------------------------------------------------------------------------
 async def test_state_is_scoped_across_sessions_of_one_user_and_users_of_one_app(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     a1 = await service.create_session(APP, "alice", "a1")
     a2 = await service.create_session(APP, "alice", "a2")
     b1 = await service.create_session(APP, "bob", "b1")
     other = await service.create_session("other-app", "alice", "o1")
 
-    await service.append_event(a1, said("x", state_delta={
-        "app:motd": "hello", "user:lang": "fr", "topic": "refund"}))
+    await service.append_event(
+        a1, said("x", state_delta={"app:motd": "hello", "user:lang": "fr", "topic": "refund"})
+    )
     await service.append_event(b1, said("y", state_delta={"user:lang": "de", "topic": "hats"}))
 
-    states = {s.id: (await service.get_session(s.app_name, s.user_id, s.id)).state
-              for s in (a1, a2, b1, other)}
+    states = {
+        s.id: (await service.get_session(s.app_name, s.user_id, s.id)).state
+        for s in (a1, a2, b1, other)
+    }
     assert states == {
         "a1": {"app:motd": "hello", "user:lang": "fr", "topic": "refund"},
         "a2": {"app:motd": "hello", "user:lang": "fr"},
@@ -286,8 +315,7 @@ async def test_state_is_scoped_across_sessions_of_one_user_and_users_of_one_app(
 
 async def test_temp_keys_are_never_stored(service: Any) -> None:
     session = await service.create_session(APP, USER, "s1", {"temp:scratch0": 1})
-    stored = await service.append_event(session, said("x", state_delta={"temp:scratch": 2,
-                                                                        "k": 3}))
+    stored = await service.append_event(session, said("x", state_delta={"temp:scratch": 2, "k": 3}))
 
     loaded = await service.get_session(APP, USER, "s1")
     assert loaded.state == {"k": 3}
@@ -299,8 +327,14 @@ async def test_temp_keys_are_never_stored(service: Any) -> None:
 async def test_replaying_the_stored_deltas_in_order_gives_the_stored_state(service: Any) -> None:
     initial = {"count": 0, "user:visits": 1}
     session = await service.create_session(APP, USER, "s1", initial)
-    deltas = [{"count": 1}, {"user:visits": 2, "temp:x": 0}, {"count": 2, "app:v": "1"},
-              {}, {"count": None, "list": [1, {"a": (1, 2)}]}, {"app:v": "2"}]
+    deltas = [
+        {"count": 1},
+        {"user:visits": 2, "temp:x": 0},
+        {"count": 2, "app:v": "1"},
+        {},
+        {"count": None, "list": [1, {"a": (1, 2)}]},
+        {"app:v": "2"},
+    ]
     for delta in deltas:
         await service.append_event(session, said("turn", state_delta=delta))
 
@@ -309,18 +343,32 @@ async def test_replaying_the_stored_deltas_in_order_gives_the_stored_state(servi
     for event in loaded.events:
         replayed.update(event.state_delta)
     assert replayed == loaded.state
-    assert loaded.state == {"app:v": "2", "user:visits": 2, "count": None,
-                            "list": [1, {"a": (1, 2)}]}
+    assert loaded.state == {
+        "app:v": "2",
+        "user:visits": 2,
+        "count": None,
+        "list": [1, {"a": (1, 2)}],
+    }
 
 
 async def test_concurrent_appends_to_different_sessions_writing_the_same_user_key_all_succeed(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     sessions = [await service.create_session(APP, USER, f"s{n}") for n in range(8)]
 
-    results = await asyncio.gather(*(
-        service.append_event(sessions[n % 8], said(f"m{n}", state_delta={
-            "user:last": n, f"user:from_{n % 8}": n, "app:hits": n, "own": n}))
-        for n in range(80)), return_exceptions=True)
+    results = await asyncio.gather(
+        *(
+            service.append_event(
+                sessions[n % 8],
+                said(
+                    f"m{n}",
+                    state_delta={"user:last": n, f"user:from_{n % 8}": n, "app:hits": n, "own": n},
+                ),
+            )
+            for n in range(80)
+        ),
+        return_exceptions=True,
+    )
 
     assert [r for r in results if not isinstance(r, SessionEvent)] == []
     for n, session in enumerate(sessions):
@@ -344,21 +392,26 @@ async def test_load_history_without_a_summary_returns_every_event(service: Any) 
 
 
 async def test_load_history_returns_the_latest_summary_then_the_events_after_its_end(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
     ids = [(await service.append_event(session, said(f"m{n}"))).id for n in range(6)]
     await service.append_event(session, summary(ids[0], ids[2], "sum 0-2"))
     await service.append_event(session, said("m6"))
 
-    assert texts(await service.load_history(APP, USER, "s1")) == [
-        "sum 0-2", "m3", "m4", "m5", "m6"]
+    assert texts(await service.load_history(APP, USER, "s1")) == ["sum 0-2", "m3", "m4", "m5", "m6"]
 
     await service.append_event(session, summary(ids[0], ids[4], "sum 0-4"))
     await service.append_event(session, said("m7"))
 
     # The newest summary counts; what it covers is gone, the older summary comes after m4.
     assert texts(await service.load_history(APP, USER, "s1")) == [
-        "sum 0-4", "m5", "sum 0-2", "m6", "m7"]
+        "sum 0-4",
+        "m5",
+        "sum 0-2",
+        "m6",
+        "m7",
+    ]
     assert len((await service.get_session(APP, USER, "s1")).events) == 10
 
 
@@ -371,7 +424,8 @@ async def test_a_summary_covering_up_to_the_last_event_leaves_only_itself(servic
 
 
 async def test_a_summary_whose_end_is_not_in_the_session_is_refused_and_nothing_is_stored(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
     first = await service.append_event(session, said("m0"))
 
@@ -382,12 +436,13 @@ async def test_a_summary_whose_end_is_not_in_the_session_is_refused_and_nothing_
     assert texts(await service.load_history(APP, USER, "s1")) == ["m0"]
 
 
-async def test_an_action_that_only_looks_like_a_summary_is_an_ordinary_event(
-        service: Any) -> None:
+async def test_an_action_that_only_looks_like_a_summary_is_an_ordinary_event(service: Any) -> None:
     session = await service.create_session(APP, USER, "s1")
     first = await service.append_event(session, said("m0"))
-    odd = SessionEvent(author="a", action=AgentAction(custom={
-        "compaction": {"start": first.id, "end": first.id}, "other": 1}))
+    odd = SessionEvent(
+        author="a",
+        action=AgentAction(custom={"compaction": {"start": first.id, "end": first.id}, "other": 1}),
+    )
     await service.append_event(session, odd)
 
     assert len(await service.load_history(APP, USER, "s1")) == 2
@@ -415,7 +470,8 @@ async def test_a_sessions_pause_is_set_replaced_and_deleted(service: Any) -> Non
 
 
 async def test_a_pause_for_a_missing_session_is_refused_and_deleting_it_is_a_no_op(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     with pytest.raises(SessionNotFoundError, match="'nope'"):
         await service.set_checkpoint(APP, USER, "nope", b"pause")
     await service.set_checkpoint(APP, USER, "nope", None)
@@ -429,9 +485,14 @@ async def test_a_pause_that_is_not_bytes_is_refused(service: Any) -> None:
 
 
 # -- validation ------------------------------------------------------------------------------------
-BAD_NAMES = [pytest.param("", id="empty"), pytest.param("x" * 256, id="too-long"),
-             pytest.param("a\x00b", id="nul"), pytest.param("\ud800", id="surrogate"),
-             pytest.param(42, id="int"), pytest.param(None, id="none")]
+BAD_NAMES = [
+    pytest.param("", id="empty"),
+    pytest.param("x" * 256, id="too-long"),
+    pytest.param("a\x00b", id="nul"),
+    pytest.param("\ud800", id="surrogate"),
+    pytest.param(42, id="int"),
+    pytest.param(None, id="none"),
+]
 
 
 def calls(app: Any, user: Any, sid: Any) -> list[tuple[str, Any]]:
@@ -450,12 +511,14 @@ def calls(app: Any, user: Any, sid: Any) -> list[tuple[str, Any]]:
 @pytest.mark.parametrize("bad", BAD_NAMES)
 @pytest.mark.parametrize("argument", ["app_name", "user_id", "session_id"])
 async def test_an_invalid_name_is_refused_naming_the_argument(
-        service: Any, argument: str, bad: Any) -> None:
+    service: Any, argument: str, bad: Any
+) -> None:
     names = {"app_name": APP, "user_id": USER, "session_id": "s1", argument: bad}
     operations = calls(names["app_name"], names["user_id"], names["session_id"])
     if argument != "session_id":
-        operations.append(("list_sessions", lambda s: s.list_sessions(names["app_name"],
-                                                                      names["user_id"])))
+        operations.append(
+            ("list_sessions", lambda s: s.list_sessions(names["app_name"], names["user_id"]))
+        )
     for name, operation in operations:
         if name == "create_session" and bad is None:
             continue  # create_session(session_id=None) generates an id
@@ -468,12 +531,20 @@ async def test_an_invalid_name_is_refused_naming_the_argument(
     assert await service.list_sessions(APP, USER) == []
 
 
-@pytest.mark.parametrize(("key", "problem"), [
-    pytest.param("", "1 to 255", id="empty"), pytest.param("user:", "1 to 255", id="prefix-only"),
-    pytest.param("k" * 256, "1 to 255", id="too-long"), pytest.param("a\x00", "NUL", id="nul"),
-    pytest.param("temp:\ud800", "UTF-8", id="surrogate"), pytest.param(7, "str", id="int")])
+@pytest.mark.parametrize(
+    ("key", "problem"),
+    [
+        pytest.param("", "1 to 255", id="empty"),
+        pytest.param("user:", "1 to 255", id="prefix-only"),
+        pytest.param("k" * 256, "1 to 255", id="too-long"),
+        pytest.param("a\x00", "NUL", id="nul"),
+        pytest.param("temp:\ud800", "UTF-8", id="surrogate"),
+        pytest.param(7, "str", id="int"),
+    ],
+)
 async def test_a_bad_state_key_is_refused_and_nothing_is_stored(
-        service: Any, key: Any, problem: str) -> None:
+    service: Any, key: Any, problem: str
+) -> None:
     with pytest.raises(SessionStoreError, match=problem):
         await service.create_session(APP, USER, "s1", {key: 1})
     session = await service.create_session(APP, USER, "s1")
@@ -485,7 +556,8 @@ async def test_a_bad_state_key_is_refused_and_nothing_is_stored(
 
 
 async def test_values_the_codec_cannot_save_are_refused_before_anything_is_stored(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     session = await service.create_session(APP, USER, "s1")
 
     with pytest.raises(SerializationError):
@@ -512,7 +584,8 @@ async def test_append_event_checks_its_arguments(service: Any) -> None:
 
 # -- the turn lock within one process --------------------------------------------------------------
 async def test_a_second_task_waits_then_gets_session_busy_and_takes_the_lock_once_released(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     held, release = asyncio.Event(), asyncio.Event()
 
     async def holder() -> None:
@@ -565,16 +638,20 @@ async def test_a_cancelled_waiter_leaves_the_lock_usable(service: Any) -> None:
     assert await _hold_once(service, "s1", timeout=0) == "held"
 
 
-@pytest.mark.parametrize(("timeout", "error"), [(-1, ValueError), (float("nan"), ValueError),
-                                                ("1", TypeError), (True, TypeError)])
-async def test_a_bad_lock_timeout_is_refused(service: Any, timeout: Any,
-                                             error: type[Exception]) -> None:
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(-1, ValueError), (float("nan"), ValueError), ("1", TypeError), (True, TypeError)],
+)
+async def test_a_bad_lock_timeout_is_refused(
+    service: Any, timeout: Any, error: type[Exception]
+) -> None:
     with pytest.raises(error, match="timeout"):
         service.lock(APP, USER, "s1", timeout=timeout)
 
 
 async def test_200_concurrent_appends_by_tasks_taking_the_lock_in_turn_are_all_stored_in_order(
-        service: Any) -> None:
+    service: Any,
+) -> None:
     await service.create_session(APP, USER, "s1")
     order: list[int] = []
 

@@ -32,8 +32,9 @@ def build_server() -> MCPServer:
 
     @server.tool(description="Structured result only, no text.")
     def stats(values: list[float]) -> CallToolResult:
-        return CallToolResult(content=[], structured_content={
-            "count": len(values), "total": sum(values)})
+        return CallToolResult(
+            content=[], structured_content={"count": len(values), "total": sum(values)}
+        )
 
     @server.tool(description="Two text blocks.")
     def lines() -> CallToolResult:

@@ -27,8 +27,11 @@ SERVED = {"add", "echo", "fail", "stats", "lines"}
 
 
 def _ctx(tool: MCPTool) -> ToolContext:
-    return ToolContext(run_context=None, tool_name=tool.spec.name,  # type: ignore[arg-type]
-                       tool_call_id=f"call-{tool.spec.name}")
+    return ToolContext(
+        run_context=None,
+        tool_name=tool.spec.name,  # type: ignore[arg-type]
+        tool_call_id=f"call-{tool.spec.name}",
+    )
 
 
 async def _call(tools: dict[str, MCPTool], name: str, **arguments: Any) -> Any:
@@ -63,9 +66,13 @@ async def _check_tools(toolset: MCPToolset, prefix: str) -> None:
 
 async def test_stdio_toolset(tmp_path: Path) -> None:
     pid_file = tmp_path / "server.pid"
-    toolset = MCPToolset.stdio(sys.executable, [str(SERVER)],
-                               env={"RELAYKIT_TEST_PID_FILE": str(pid_file)},
-                               tool_filter=[*SERVED, "no_such_tool"], name_prefix="t_")
+    toolset = MCPToolset.stdio(
+        sys.executable,
+        [str(SERVER)],
+        env={"RELAYKIT_TEST_PID_FILE": str(pid_file)},
+        tool_filter=[*SERVED, "no_such_tool"],
+        name_prefix="t_",
+    )
     assert not toolset.is_open
     async with toolset:
         assert toolset.is_open
@@ -81,8 +88,9 @@ async def test_stdio_toolset(tmp_path: Path) -> None:
 
 
 async def test_stdio_transport_failure_propagates() -> None:
-    async with MCPToolset.stdio(sys.executable, [str(SERVER)],
-                                tool_filter={"crash", "echo"}) as toolset:
+    async with MCPToolset.stdio(
+        sys.executable, [str(SERVER)], tool_filter={"crash", "echo"}
+    ) as toolset:
         tools = {tool.spec.name: tool for tool in await toolset.list_tools()}
         with pytest.raises(Exception) as info:
             await _call(tools, "crash")
@@ -116,10 +124,12 @@ def http_server() -> Iterator[tuple[str, list[dict[bytes, bytes]]]]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, loop="asyncio", log_level="warning",
-                                           timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
-                              name="mcp-test-http-server", daemon=True)
+    server = uvicorn.Server(
+        uvicorn.Config(app, loop="asyncio", log_level="warning", timeout_graceful_shutdown=2)
+    )
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="mcp-test-http-server", daemon=True
+    )
     thread.start()
     try:
         deadline = time.monotonic() + 10
@@ -136,8 +146,9 @@ def http_server() -> Iterator[tuple[str, list[dict[bytes, bytes]]]]:
 
 async def test_http_toolset(http_server: tuple[str, list[dict[bytes, bytes]]]) -> None:
     url, received = http_server
-    toolset = MCPToolset.http(url, headers={"Authorization": "Bearer s3cret"},
-                              tool_filter=SERVED, name_prefix="web_")
+    toolset = MCPToolset.http(
+        url, headers={"Authorization": "Bearer s3cret"}, tool_filter=SERVED, name_prefix="web_"
+    )
     async with toolset:
         await _check_tools(toolset, "web_")
     assert not toolset.is_open
@@ -184,8 +195,10 @@ def test_missing_mcp_raises_configuration_error(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_importing_relaykit_does_not_import_mcp() -> None:
-    code = ("import sys, relaykit, relaykit.tools.base, relaykit.tools.mcp; "
-            "assert 'mcp' not in sys.modules, 'mcp imported'")
+    code = (
+        "import sys, relaykit, relaykit.tools.base, relaykit.tools.mcp; "
+        "assert 'mcp' not in sys.modules, 'mcp imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 

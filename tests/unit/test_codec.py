@@ -80,33 +80,68 @@ class Unregistered(enum.Enum):
     ONE = 1
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 0, -3, 2**70, 1.5, "text ✓", [], [1, "a", None], {"a": {"b": [1]}},
-    (1, (2, "x")), [(1,), ()], b"\x00\xff bytes", {1: "int key", (1, 2): "tuple key"},
-    {"__type__": "not a type", "__tuple__": 1}, {1, 2},
-], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -3,
+        2**70,
+        1.5,
+        "text ✓",
+        [],
+        [1, "a", None],
+        {"a": {"b": [1]}},
+        (1, (2, "x")),
+        [(1,), ()],
+        b"\x00\xff bytes",
+        {1: "int key", (1, 2): "tuple key"},
+        {"__type__": "not a type", "__tuple__": 1},
+        {1, 2},
+    ],
+    ids=repr,
+)
 def test_plain_values_round_trip(value: Any) -> None:
     got = round_trip(value)
     assert got == value and type(got) is type(value)
 
 
-@pytest.mark.parametrize("value", [
-    datetime.datetime(2024, 5, 1, 12, 30, 15, 123456),
-    datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC),
-    datetime.datetime(2024, 5, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=-3.5))),
-    # Offsets under a second: CPython 3.11's fromisoformat reads them as UTC.
-    datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(microseconds=1))),
-    datetime.time(tzinfo=datetime.timezone(-datetime.timedelta(microseconds=999_999))),
-    datetime.date(1999, 12, 31), datetime.time(23, 59, 59, 999999),
-    datetime.time(8, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
-    datetime.timedelta(days=-2, seconds=5, microseconds=7), datetime.timedelta.max,
-    uuid.UUID("12345678-1234-5678-1234-567812345678"), decimal.Decimal("-0.10"),
-    decimal.Decimal("1E+400"), decimal.Decimal("Infinity"), bytearray(b"\x00buf"),
-    frozenset({1, "a"}), frozenset(), set(), (), pathlib.Path("/tmp/a b/c.txt"),
-    pathlib.PurePosixPath("rel/x"), pathlib.PureWindowsPath(r"C:\Users\x"),
-    Color.GREEN, Perm.READ, Perm.READ | Perm.WRITE, Perm(0), Level.HIGH,
-    {Color.RED: [datetime.date(2024, 1, 1)], (Level.LOW, frozenset({2})): uuid.UUID(int=0)},
-], ids=repr)
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime.datetime(2024, 5, 1, 12, 30, 15, 123456),
+        datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC),
+        datetime.datetime(2024, 5, 1, tzinfo=datetime.timezone(datetime.timedelta(hours=-3.5))),
+        # Offsets under a second: CPython 3.11's fromisoformat reads them as UTC.
+        datetime.datetime(2000, 1, 1, tzinfo=datetime.timezone(datetime.timedelta(microseconds=1))),
+        datetime.time(tzinfo=datetime.timezone(-datetime.timedelta(microseconds=999_999))),
+        datetime.date(1999, 12, 31),
+        datetime.time(23, 59, 59, 999999),
+        datetime.time(8, 0, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+        datetime.timedelta(days=-2, seconds=5, microseconds=7),
+        datetime.timedelta.max,
+        uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        decimal.Decimal("-0.10"),
+        decimal.Decimal("1E+400"),
+        decimal.Decimal("Infinity"),
+        bytearray(b"\x00buf"),
+        frozenset({1, "a"}),
+        frozenset(),
+        set(),
+        (),
+        pathlib.Path("/tmp/a b/c.txt"),
+        pathlib.PurePosixPath("rel/x"),
+        pathlib.PureWindowsPath(r"C:\Users\x"),
+        Color.GREEN,
+        Perm.READ,
+        Perm.READ | Perm.WRITE,
+        Perm(0),
+        Level.HIGH,
+        {Color.RED: [datetime.date(2024, 1, 1)], (Level.LOW, frozenset({2})): uuid.UUID(int=0)},
+    ],
+    ids=repr,
+)
 def test_standard_types_round_trip_exactly(value: Any) -> None:
     got = round_trip(value)
     assert got == value and type(got) is type(value)
@@ -138,9 +173,16 @@ def test_stored_errors_keep_their_type_name_when_saved_again() -> None:
 
 
 def test_message_with_blob_and_tool_calls_round_trips() -> None:
-    msg = rk.Message("assistant", "look", [rk.ToolCall("c1", "f", '{"a": 1}')], None, None,
-                     "bot", [rk.Blob("image/png", b"\x89PNG\x00\xff", "p.png")],
-                     {"usage": {"input_tokens": 1, "output_tokens": 2}})
+    msg = rk.Message(
+        "assistant",
+        "look",
+        [rk.ToolCall("c1", "f", '{"a": 1}')],
+        None,
+        None,
+        "bot",
+        [rk.Blob("image/png", b"\x89PNG\x00\xff", "p.png")],
+        {"usage": {"input_tokens": 1, "output_tokens": 2}},
+    )
     got = round_trip(msg)
     assert got == msg
     assert type(got.attachments[0]) is rk.Blob and got.attachments[0].data == b"\x89PNG\x00\xff"
@@ -148,8 +190,12 @@ def test_message_with_blob_and_tool_calls_round_trips() -> None:
 
 
 def test_nested_registered_dataclasses_round_trip() -> None:
-    tree = Node(Leaf("root", b"\x01"), [Node(Leaf("kid"), pair=(2, "b"))], (1, "a"),
-                {("k", 1): Leaf("v"), "s": (1, 2)})
+    tree = Node(
+        Leaf("root", b"\x01"),
+        [Node(Leaf("kid"), pair=(2, "b"))],
+        (1, "a"),
+        {("k", 1): Leaf("v"), "s": (1, 2)},
+    )
     got = round_trip(tree)
     assert got == tree
     assert type(got.children[0]) is Node and type(got.children[0].leaf) is Leaf
@@ -162,9 +208,12 @@ def test_registered_pydantic_model_round_trips() -> None:
 
 
 def test_events_and_framework_types_round_trip() -> None:
-    ev = rk.AgentEvent("A", (rk.RunStep("R"), rk.RunStep("A")),
-                       rk.AgentOutput(rk.Message.assistant("hi")),
-                       rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B")))
+    ev = rk.AgentEvent(
+        "A",
+        (rk.RunStep("R"), rk.RunStep("A")),
+        rk.AgentOutput(rk.Message.assistant("hi")),
+        rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("B")),
+    )
     got = round_trip(ev)
     assert got == ev and isinstance(got.run_path, tuple)
     seg = rk.AddressSegment("tool", "search", "call_1")
@@ -174,8 +223,10 @@ def test_events_and_framework_types_round_trip() -> None:
 def test_errors_become_stored_errors() -> None:
     got = round_trip([ValueError("boom"), rk.errors.SerializationError("bad data")])
     assert all(isinstance(e, rk.errors.StoredError) for e in got)
-    assert [(e.type_name, str(e)) for e in got] == [("ValueError", "boom"),
-                                                    ("SerializationError", "bad data")]
+    assert [(e.type_name, str(e)) for e in got] == [
+        ("ValueError", "boom"),
+        ("SerializationError", "bad data"),
+    ]
     retry = round_trip(rk.errors.WillRetryError("again"))
     assert isinstance(retry, rk.errors.WillRetryError) and str(retry) == "again"
 
@@ -233,15 +284,21 @@ def test_unregistered_int_and_str_enums_are_saved_as_their_plain_value() -> None
     assert got == {"size": 3} and type(got["size"]) is int
 
 
-@pytest.mark.parametrize(("mutate", "problem"), [
-    (lambda d: d.replace(b'"tests.codec.Leaf"', b'"tests.codec.Gone"'),
-     "unknown type name 'tests.codec.Gone'"),
-    (lambda d: d.replace(b'"label":"x"', b'"nope":"x"'), "does not fit Leaf"),
-    (lambda d: d.replace(b'"version":1', b'"version":2'), "format version 2"),
-    (lambda d: d[:-3], "not JSON"),
-    (lambda d: d.replace(b'"format":"test"', b'"format":"other"'), "not a relaykit test"),
-    (lambda d: b"\xff" + d, "not JSON"),
-], ids=["unknown-type", "wrong-shape", "newer-version", "truncated", "wrong-kind", "bad-utf8"])
+@pytest.mark.parametrize(
+    ("mutate", "problem"),
+    [
+        (
+            lambda d: d.replace(b'"tests.codec.Leaf"', b'"tests.codec.Gone"'),
+            "unknown type name 'tests.codec.Gone'",
+        ),
+        (lambda d: d.replace(b'"label":"x"', b'"nope":"x"'), "does not fit Leaf"),
+        (lambda d: d.replace(b'"version":1', b'"version":2'), "format version 2"),
+        (lambda d: d[:-3], "not JSON"),
+        (lambda d: d.replace(b'"format":"test"', b'"format":"other"'), "not a relaykit test"),
+        (lambda d: b"\xff" + d, "not JSON"),
+    ],
+    ids=["unknown-type", "wrong-shape", "newer-version", "truncated", "wrong-kind", "bad-utf8"],
+)
 def test_corrupt_documents_fail_to_load_clearly(mutate: Any, problem: str) -> None:
     data = codec.dumps([Leaf("x")], kind="test")
     with pytest.raises(SerializationError, match=problem):
@@ -351,8 +408,9 @@ def test_registered_pydantic_model_with_datetime_round_trips() -> None:
     assert round_trip(value) == value
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), "\ud800"],
-                         ids=["nan", "inf", "lone-surrogate"])
+@pytest.mark.parametrize(
+    "value", [float("nan"), float("inf"), "\ud800"], ids=["nan", "inf", "lone-surrogate"]
+)
 def test_unsavable_builtin_values_raise_serialization_error(value: Any) -> None:
     with pytest.raises(SerializationError):
         codec.dumps({"v": value}, kind="test")
@@ -379,9 +437,14 @@ def _load_span(fields: dict[str, Any]) -> Span:
     return Span(fields["start"], fields.get("end", fields["start"]))
 
 
-codec.register_adapter(Span, "tests_span", fields=("start", "end"),
-                       save=lambda s: {"start": s.start, "end": s.end}, load=_load_span,
-                       materialize=Span.finish)
+codec.register_adapter(
+    Span,
+    "tests_span",
+    fields=("start", "end"),
+    save=lambda s: {"start": s.start, "end": s.end},
+    load=_load_span,
+    materialize=Span.finish,
+)
 
 
 def test_adapted_values_round_trip_under_their_marker() -> None:
@@ -400,12 +463,18 @@ async def test_materialize_streams_awaits_every_adapters_hook() -> None:
     assert [s.finished for s in spans] == [True, True]
 
 
-@pytest.mark.parametrize(("payload", "problem"), [
-    ({"__tests_span__": [1]}, "__tests_span__ must hold an object with 'start' and 'end'"),
-    ({"__tests_span__": {"start": 1, "other": 2}}, "must hold an object with 'start' and 'end'"),
-    ({"__tests_span__": {"start": "1"}}, "corrupt data: a span's start must be an int"),
-    ({"__tests_span__": {"start": {"__nope__": 1}}}, "unknown marker '__nope__'"),
-])
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ({"__tests_span__": [1]}, "__tests_span__ must hold an object with 'start' and 'end'"),
+        (
+            {"__tests_span__": {"start": 1, "other": 2}},
+            "must hold an object with 'start' and 'end'",
+        ),
+        ({"__tests_span__": {"start": "1"}}, "corrupt data: a span's start must be an int"),
+        ({"__tests_span__": {"start": {"__nope__": 1}}}, "unknown marker '__nope__'"),
+    ],
+)
 def test_adapted_values_that_do_not_fit_fail_to_load_clearly(payload: Any, problem: str) -> None:
     data = json.dumps({"format": "test", "version": 1, "payload": payload}).encode()
     with pytest.raises(SerializationError, match=problem):
@@ -416,8 +485,9 @@ def test_an_adapter_that_saves_undeclared_fields_fails_to_save() -> None:
     class Loose:
         pass
 
-    codec.register_adapter(Loose, "tests_loose", fields=("a",), save=lambda v: {"b": 1},
-                           load=lambda f: Loose())
+    codec.register_adapter(
+        Loose, "tests_loose", fields=("a",), save=lambda v: {"b": 1}, load=lambda f: Loose()
+    )
     with pytest.raises(SerializationError, match="fields other than 'a'"):
         codec.encode(Loose())
 
@@ -436,8 +506,9 @@ def test_register_adapter_rejects_the_codecs_markers_and_taken_names() -> None:
         with pytest.raises(ValueError, match="lowercase"):
             codec.register_adapter(Other, name, fields=("a",), save=vars, load=lambda f: Other())
     with pytest.raises(ValueError, match="distinct"):
-        codec.register_adapter(Other, "tests_other", fields=("a", "a"), save=vars,
-                               load=lambda f: Other())
+        codec.register_adapter(
+            Other, "tests_other", fields=("a", "a"), save=vars, load=lambda f: Other()
+        )
 
 
 def test_the_codecs_own_markers_are_the_ones_adapters_may_not_take() -> None:
@@ -448,11 +519,13 @@ def test_the_codecs_own_markers_are_the_ones_adapters_may_not_take() -> None:
 
 def test_streams_saved_by_earlier_versions_still_load() -> None:
     # Written by relaykit before streams were saved through an adapter: the format is unchanged.
-    data = (b'{"format":"test","version":1,"payload":[{"__stream__":{"message":{"__type__":'
-            b'"relaykit.Message","data":{"role":"assistant","content":"hi","tool_calls":[],'
-            b'"tool_call_id":null,"tool_name":null,"name":null,"attachments":[],"metadata":{}}},'
-            b'"error":null}},{"__stream__":{"message":null,"error":{"__error__":{"type":'
-            b'"ValueError","message":"cut"}}}}]}')
+    data = (
+        b'{"format":"test","version":1,"payload":[{"__stream__":{"message":{"__type__":'
+        b'"relaykit.Message","data":{"role":"assistant","content":"hi","tool_calls":[],'
+        b'"tool_call_id":null,"tool_name":null,"name":null,"attachments":[],"metadata":{}}},'
+        b'"error":null}},{"__stream__":{"message":null,"error":{"__error__":{"type":'
+        b'"ValueError","message":"cut"}}}}]}'
+    )
     ok, failed = codec.loads(data, kind="test")
     assert [c.content for c in ok.chunks] == ["hi"] and ok.error is None and ok.done
     assert failed.chunks == [] and str(failed.error) == "cut"

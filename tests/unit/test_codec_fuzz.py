@@ -41,8 +41,12 @@ from relaykit import codec
 from relaykit.checkpoints.document import CHECKPOINT_FORMAT, Checkpoint, SavedInterruptPoint
 from relaykit.errors import SerializationError, StoredError, WillRetryError
 
-FAST = settings(max_examples=60, deadline=None, database=None,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FAST = settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 # -- registered test types ---------------------------------------------------------------------
@@ -90,11 +94,24 @@ class Decoy:
         DECOY_CALLS.append("Decoy")
 
 
-HOSTILE_NAMES = ["os.system", "builtins.eval", "builtins.exec", "subprocess.Popen",
-                 "posix.system", "pickle.loads", "importlib.import_module", "Decoy",
-                 f"{__name__}.Decoy", "tests.unit.test_codec_fuzz.Decoy", "__main__.Decoy",
-                 "relaykit.runner.Runner", "relaykit.InterruptSignal", "", "relaykit.Message\x00",
-                 "relaykit.message"]
+HOSTILE_NAMES = [
+    "os.system",
+    "builtins.eval",
+    "builtins.exec",
+    "subprocess.Popen",
+    "posix.system",
+    "pickle.loads",
+    "importlib.import_module",
+    "Decoy",
+    f"{__name__}.Decoy",
+    "tests.unit.test_codec_fuzz.Decoy",
+    "__main__.Decoy",
+    "relaykit.runner.Runner",
+    "relaykit.InterruptSignal",
+    "",
+    "relaykit.Message\x00",
+    "relaykit.message",
+]
 
 
 def registered_names() -> list[str]:
@@ -102,90 +119,197 @@ def registered_names() -> list[str]:
 
 
 def field_names() -> list[str]:
-    names = {f.name for entry in registry.by_name.values() if dataclasses.is_dataclass(entry.cls)
-             for f in dataclasses.fields(entry.cls)}
+    names = {
+        f.name
+        for entry in registry.by_name.values()
+        if dataclasses.is_dataclass(entry.cls)
+        for f in dataclasses.fields(entry.cls)
+    }
     return sorted(names)
 
 
-MARKERS = ["__tuple__", "__dict__", "__set__", "__frozenset__", "__bytes__", "__bytearray__",
-           "__datetime__", "__date__", "__time__", "__timedelta__", "__uuid__", "__decimal__",
-           "__path__", "__pureposixpath__", "__purewindowspath__", "__error__", "__stream__",
-           "__type__", "__enum__"]
+MARKERS = [
+    "__tuple__",
+    "__dict__",
+    "__set__",
+    "__frozenset__",
+    "__bytes__",
+    "__bytearray__",
+    "__datetime__",
+    "__date__",
+    "__time__",
+    "__timedelta__",
+    "__uuid__",
+    "__decimal__",
+    "__path__",
+    "__pureposixpath__",
+    "__purewindowspath__",
+    "__error__",
+    "__stream__",
+    "__type__",
+    "__enum__",
+]
 
 
 # -- (a) values of every supported type ---------------------------------------------------------
 texts = st.text(st.characters(codec="utf-8"), max_size=12)  # odd unicode, no lone surrogates
-odd_texts = texts | st.sampled_from(["", "\x00", "\u2028", "\ufeff", "e\u0301", "\u202e abc",
-                                     "🧪🏳️‍🌈", "__type__", "__dict__", "data", "\\ud800"])
-fixed_offsets = st.builds(datetime.timezone, st.timedeltas(
-    min_value=-datetime.timedelta(hours=23, minutes=59), max_value=datetime.timedelta(hours=23)))
+odd_texts = texts | st.sampled_from(
+    [
+        "",
+        "\x00",
+        "\u2028",
+        "\ufeff",
+        "e\u0301",
+        "\u202e abc",
+        "🧪🏳️‍🌈",
+        "__type__",
+        "__dict__",
+        "data",
+        "\\ud800",
+    ]
+)
+fixed_offsets = st.builds(
+    datetime.timezone,
+    st.timedeltas(
+        min_value=-datetime.timedelta(hours=23, minutes=59), max_value=datetime.timedelta(hours=23)
+    ),
+)
 # Zone names need a time-zone database; fixed offsets do not.
 zones = st.timezones() if zoneinfo.available_timezones() else st.nothing()
-datetimes = st.datetimes(min_value=datetime.datetime(2, 1, 1),
-                         max_value=datetime.datetime(9998, 12, 31),
-                         timezones=st.none() | fixed_offsets | zones)
+datetimes = st.datetimes(
+    min_value=datetime.datetime(2, 1, 1),
+    max_value=datetime.datetime(9998, 12, 31),
+    timezones=st.none() | fixed_offsets | zones,
+)
 floats = st.floats(allow_nan=False, allow_infinity=False)
 
 hashable_scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), floats, odd_texts, st.binary(max_size=8), datetimes,
-    st.dates(), st.times(timezones=st.none() | fixed_offsets), st.timedeltas(), st.uuids(),
-    st.decimals(allow_nan=False), st.sampled_from(list(Tone)), st.sampled_from(list(Bits)),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    floats,
+    odd_texts,
+    st.binary(max_size=8),
+    datetimes,
+    st.dates(),
+    st.times(timezones=st.none() | fixed_offsets),
+    st.timedeltas(),
+    st.uuids(),
+    st.decimals(allow_nan=False),
+    st.sampled_from(list(Tone)),
+    st.sampled_from(list(Bits)),
     st.builds(lambda a, b: a | b, st.sampled_from(list(Bits)), st.sampled_from(list(Bits))),
-    st.builds(pathlib.PurePosixPath, texts), st.builds(pathlib.Path, texts),
+    st.builds(pathlib.PurePosixPath, texts),
+    st.builds(pathlib.Path, texts),
     st.builds(pathlib.PureWindowsPath, texts),
 )
-hashables = st.recursive(hashable_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3).map(tuple), st.frozensets(inner, max_size=3)), max_leaves=6)
-scalars = hashable_scalars | st.binary(max_size=8).map(bytearray) | st.builds(
-    StoredError, texts, texts)
+hashables = st.recursive(
+    hashable_scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(tuple), st.frozensets(inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+scalars = (
+    hashable_scalars | st.binary(max_size=8).map(bytearray) | st.builds(StoredError, texts, texts)
+)
 
 
 def messages(contents: st.SearchStrategy[Any] = odd_texts) -> st.SearchStrategy[rk.Message]:
-    calls = st.builds(rk.ToolCall, odd_texts, odd_texts, odd_texts,
-                      st.none() | st.integers(0, 5))
+    calls = st.builds(rk.ToolCall, odd_texts, odd_texts, odd_texts, st.none() | st.integers(0, 5))
     blobs = st.builds(rk.Blob, texts, st.binary(max_size=8), st.none() | texts)
     return st.builds(
-        rk.Message, st.sampled_from(["system", "user", "assistant", "tool"]), contents,
-        st.lists(calls, max_size=2), st.none() | texts, st.none() | texts, st.none() | texts,
-        st.lists(blobs, max_size=1), st.dictionaries(texts, st.integers() | texts, max_size=2))
+        rk.Message,
+        st.sampled_from(["system", "user", "assistant", "tool"]),
+        contents,
+        st.lists(calls, max_size=2),
+        st.none() | texts,
+        st.none() | texts,
+        st.none() | texts,
+        st.lists(blobs, max_size=1),
+        st.dictionaries(texts, st.integers() | texts, max_size=2),
+    )
 
 
 def events(values: st.SearchStrategy[Any]) -> st.SearchStrategy[rk.AgentEvent]:
     steps = st.lists(st.builds(rk.RunStep, texts), max_size=3).map(tuple)
-    outputs = st.none() | st.builds(rk.AgentOutput, st.none() | messages(), st.none(),
-                                    texts, st.none() | texts, values)
+    outputs = st.none() | st.builds(
+        rk.AgentOutput, st.none() | messages(), st.none(), texts, st.none() | texts, values
+    )
     actions = st.none() | st.builds(
-        rk.AgentAction, st.booleans(), st.none(),
-        st.none() | st.builds(rk.TransferToAgentAction, texts), st.none(), values)
-    return st.builds(rk.AgentEvent, texts, steps, outputs, actions,
-                     st.none() | st.builds(StoredError, texts, texts))
+        rk.AgentAction,
+        st.booleans(),
+        st.none(),
+        st.none() | st.builds(rk.TransferToAgentAction, texts),
+        st.none(),
+        values,
+    )
+    return st.builds(
+        rk.AgentEvent,
+        texts,
+        steps,
+        outputs,
+        actions,
+        st.none() | st.builds(StoredError, texts, texts),
+    )
 
 
 def containers(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(
-        st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
         st.dictionaries(odd_texts, inner, max_size=3),
         st.dictionaries(hashables, inner, max_size=3),
-        st.sets(hashables, max_size=3), st.frozensets(hashables, max_size=3),
-        st.builds(Box, odd_texts, inner, st.lists(inner, max_size=2),
-                  st.dictionaries(texts, st.integers(), max_size=2), st.none() | datetimes,
-                  st.sampled_from(["a", "b"]), st.tuples(st.integers(), texts)),
+        st.sets(hashables, max_size=3),
+        st.frozensets(hashables, max_size=3),
+        st.builds(
+            Box,
+            odd_texts,
+            inner,
+            st.lists(inner, max_size=2),
+            st.dictionaries(texts, st.integers(), max_size=2),
+            st.none() | datetimes,
+            st.sampled_from(["a", "b"]),
+            st.tuples(st.integers(), texts),
+        ),
         st.builds(Note, text=texts, tags=st.lists(texts, max_size=2)),
-        messages(), st.lists(messages(), max_size=1).map(rk.MessageStream.from_list),
+        messages(),
+        st.lists(messages(), max_size=1).map(rk.MessageStream.from_list),
     )
 
 
 values = st.recursive(scalars, containers, max_leaves=10)
 checkpoints = st.builds(
-    Checkpoint, st.builds(rk.AgentInput, st.lists(messages(), max_size=2), st.booleans()),
-    st.lists(events(values), max_size=3), st.dictionaries(texts, values, max_size=3),
-    st.booleans(), values,
-    st.lists(st.builds(SavedInterruptPoint, texts,
-                       st.lists(st.builds(rk.AddressSegment, st.sampled_from(["agent", "tool"]),
-                                          texts, st.none() | texts), max_size=2).map(tuple),
-                       values, values, st.booleans(), st.none() | texts), max_size=2))
-surrogate_texts = st.builds(lambda a, s, b: a + s + b, texts,
-                            st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), texts)
+    Checkpoint,
+    st.builds(rk.AgentInput, st.lists(messages(), max_size=2), st.booleans()),
+    st.lists(events(values), max_size=3),
+    st.dictionaries(texts, values, max_size=3),
+    st.booleans(),
+    values,
+    st.lists(
+        st.builds(
+            SavedInterruptPoint,
+            texts,
+            st.lists(
+                st.builds(
+                    rk.AddressSegment, st.sampled_from(["agent", "tool"]), texts, st.none() | texts
+                ),
+                max_size=2,
+            ).map(tuple),
+            values,
+            values,
+            st.booleans(),
+            st.none() | texts,
+        ),
+        max_size=2,
+    ),
+)
+surrogate_texts = st.builds(
+    lambda a, s, b: a + s + b,
+    texts,
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    texts,
+)
 
 
 def same(a: Any, b: Any) -> bool:
@@ -195,8 +319,11 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, float | decimal.Decimal):
         return repr(a) == repr(b)  # tells -0.0 from 0.0 and Decimal("1.0") from Decimal("1")
     if isinstance(a, datetime.datetime | datetime.time):
-        return (a.replace(tzinfo=None) == b.replace(tzinfo=None)
-                and (a.tzinfo is None) == (b.tzinfo is None) and a.utcoffset() == b.utcoffset())
+        return (
+            a.replace(tzinfo=None) == b.replace(tzinfo=None)
+            and (a.tzinfo is None) == (b.tzinfo is None)
+            and a.utcoffset() == b.utcoffset()
+        )
     if isinstance(a, list | tuple):
         return len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, dict):
@@ -210,8 +337,9 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, rk.MessageStream):
         return same(a.chunks, b.chunks) and same(a.error, b.error)
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a)
-                   if f.compare)
+        return all(
+            same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a) if f.compare
+        )
     return bool(a == b)
 
 
@@ -254,9 +382,14 @@ def test_checkpoints_round_trip_exactly(checkpoint: Checkpoint, key: bytes | Non
 
 
 @settings(FAST, max_examples=30)
-@given(st.one_of(surrogate_texts, surrogate_texts.map(lambda t: {t: 1}),
-                 surrogate_texts.map(lambda t: [rk.Message.user(t)]),
-                 surrogate_texts.map(lambda t: Box(t))))
+@given(
+    st.one_of(
+        surrogate_texts,
+        surrogate_texts.map(lambda t: {t: 1}),
+        surrogate_texts.map(lambda t: [rk.Message.user(t)]),
+        surrogate_texts.map(lambda t: Box(t)),
+    )
+)
 def test_unpaired_surrogates_cannot_be_saved(value: Any) -> None:
     check_surrogates_refused(value)
 
@@ -265,18 +398,32 @@ def test_unpaired_surrogates_cannot_be_saved(value: Any) -> None:
 @functools.cache
 def json_documents() -> st.SearchStrategy[Any]:
     """Random JSON, biased towards the codec's markers, type names and field names."""
-    keys = st.sampled_from(MARKERS + field_names() + ["data", "member", "type", "message",
-                                                      "error"]) | texts
+    keys = (
+        st.sampled_from(MARKERS + field_names() + ["data", "member", "type", "message", "error"])
+        | texts
+    )
     names = st.sampled_from(registered_names() + HOSTILE_NAMES) | texts
-    leaves = st.none() | st.booleans() | st.integers() | floats | texts | st.sampled_from(
-        ["user", "assistant", "agent", "tool", "YQ==", "2024-01-01T00:00:00+01:00", "RED", "A"])
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | floats
+        | texts
+        | st.sampled_from(
+            ["user", "assistant", "agent", "tool", "YQ==", "2024-01-01T00:00:00+01:00", "RED", "A"]
+        )
+    )
 
     def extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         return st.one_of(
-            st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4),
+            st.lists(inner, max_size=4),
+            st.dictionaries(keys, inner, max_size=4),
             st.builds(lambda k, v: {k: v}, st.sampled_from(MARKERS), inner),
-            st.builds(lambda n, d: {"__type__": n, "data": d}, names,
-                      st.dictionaries(st.sampled_from(field_names()), inner, max_size=5)),
+            st.builds(
+                lambda n, d: {"__type__": n, "data": d},
+                names,
+                st.dictionaries(st.sampled_from(field_names()), inner, max_size=5),
+            ),
             st.builds(lambda n, m: {"__enum__": n, "member": m}, names, inner),
         )
 
@@ -312,9 +459,20 @@ def check_load(data: Any, kind: str = CHECKPOINT_FORMAT) -> str:
     return "loaded checkpoint" if isinstance(value, Checkpoint) else "loaded other"
 
 
-REJECTIONS = ["not JSON", "does not fit", "was refused by", "unknown type name", "nested",
-              "corrupt data", "unpaired surrogate", "format version", "not a relaykit",
-              "not bytes", "signature", "names a member"]
+REJECTIONS = [
+    "not JSON",
+    "does not fit",
+    "was refused by",
+    "unknown type name",
+    "nested",
+    "corrupt data",
+    "unpaired surrogate",
+    "format version",
+    "not a relaykit",
+    "not bytes",
+    "signature",
+    "names a member",
+]
 
 
 def rejection_kind(message: str) -> str:
@@ -339,9 +497,15 @@ def test_random_bytes_and_objects_load_or_raise_serialization_error(data: Any) -
 def approve(ctx: rk.ToolContext, item: str) -> str:
     """Ask a human to approve ``item``."""
     if not ctx.was_interrupted:
-        raise rk.ToolInterrupt({"approve": item, "at": datetime.date(2024, 1, 2)},
-                               state={"item": item, "amount": decimal.Decimal("9.99"),
-                                      "seen": frozenset({"a"}), "tone": Tone.HIGH})
+        raise rk.ToolInterrupt(
+            {"approve": item, "at": datetime.date(2024, 1, 2)},
+            state={
+                "item": item,
+                "amount": decimal.Decimal("9.99"),
+                "seen": frozenset({"a"}),
+                "tone": Tone.HIGH,
+            },
+        )
     return f"{item}: {ctx.resume_data}"
 
 
@@ -355,23 +519,48 @@ class Greeter(rk.BaseAgent):
     """Says hello with an attachment and metadata, then hands over."""
 
     async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
-        yield rk.AgentEvent.from_message(rk.Message(
-            "assistant", "hello ✓", [], None, None, "greeter",
-            [rk.Blob("image/png", b"\x89PNG\x00", "p.png")], {"usage": {"tokens": 3}}))
+        yield rk.AgentEvent.from_message(
+            rk.Message(
+                "assistant",
+                "hello ✓",
+                [],
+                None,
+                None,
+                "greeter",
+                [rk.Blob("image/png", b"\x89PNG\x00", "p.png")],
+                {"usage": {"tokens": 3}},
+            )
+        )
 
 
 def build_tree() -> rk.Agent:
-    inner = rk.ChatModelAgent("inner", "asks for approval", "You are inner.",
-                              model=rk.ScriptedModel([rk.Message.assistant("", [
-                                  rk.ToolCall("ic1", "approve", '{"item": "inner"}')])]),
-                              tools=[approve])
+    inner = rk.ChatModelAgent(
+        "inner",
+        "asks for approval",
+        "You are inner.",
+        model=rk.ScriptedModel(
+            [rk.Message.assistant("", [rk.ToolCall("ic1", "approve", '{"item": "inner"}')])]
+        ),
+        tools=[approve],
+    )
     worker = rk.ChatModelAgent(
-        "worker", "does the work", "You are worker.",
-        model=rk.ScriptedModel([rk.Message.assistant("working", [
-            rk.ToolCall("c1", "echo", '{"text": "x"}'),
-            rk.ToolCall("c2", "approve", '{"item": "invoice"}'),
-            rk.ToolCall("c3", "inner", '{"request": "check"}')])]),
-        tools=[echo, approve, rk.AgentTool(inner)])
+        "worker",
+        "does the work",
+        "You are worker.",
+        model=rk.ScriptedModel(
+            [
+                rk.Message.assistant(
+                    "working",
+                    [
+                        rk.ToolCall("c1", "echo", '{"text": "x"}'),
+                        rk.ToolCall("c2", "approve", '{"item": "invoice"}'),
+                        rk.ToolCall("c3", "inner", '{"request": "check"}'),
+                    ],
+                )
+            ]
+        ),
+        tools=[echo, approve, rk.AgentTool(inner)],
+    )
     return rk.SequentialAgent("root", [Greeter("greeter"), worker])
 
 
@@ -393,19 +582,33 @@ def real_checkpoint() -> bytes:
 @functools.cache
 def built_checkpoint() -> bytes:
     """A checkpoint built directly, holding every kind of stored value."""
-    values = {"when": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.UTC),
-              "ids": {uuid.UUID(int=7)}, "path": pathlib.Path("/srv/x"), "tone": Tone.LOW,
-              "bits": Bits.A | Bits.C, "raw": bytearray(b"\x00"), "note": Note(text="n"),
-              "pairs": {(1, "a"): [datetime.timedelta(hours=1)]}}
+    values = {
+        "when": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.UTC),
+        "ids": {uuid.UUID(int=7)},
+        "path": pathlib.Path("/srv/x"),
+        "tone": Tone.LOW,
+        "bits": Bits.A | Bits.C,
+        "raw": bytearray(b"\x00"),
+        "note": Note(text="n"),
+        "pairs": {(1, "a"): [datetime.timedelta(hours=1)]},
+    }
     address = (rk.AddressSegment("agent", "root"), rk.AddressSegment("tool", "approve", "c1"))
     stream = rk.MessageStream.failed([rk.Message.assistant("part")], WillRetryError("again"))
-    event = rk.AgentEvent("a", (rk.RunStep("root"), rk.RunStep("a")),
-                          rk.AgentOutput(None, stream, "assistant"),
-                          rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("b")))
-    checkpoint = Checkpoint(rk.AgentInput([rk.Message.user("hi")]), [event], values, True,
-                            {"question": "ok?"},
-                            [SavedInterruptPoint("p1", address, "info", Box("s"), True)],
-                            [(address, [Box("pending")])])
+    event = rk.AgentEvent(
+        "a",
+        (rk.RunStep("root"), rk.RunStep("a")),
+        rk.AgentOutput(None, stream, "assistant"),
+        rk.AgentAction(transfer_to_agent=rk.TransferToAgentAction("b")),
+    )
+    checkpoint = Checkpoint(
+        rk.AgentInput([rk.Message.user("hi")]),
+        [event],
+        values,
+        True,
+        {"question": "ok?"},
+        [SavedInterruptPoint("p1", address, "info", Box("s"), True)],
+        [(address, [Box("pending")])],
+    )
     return codec.dumps(checkpoint, kind=CHECKPOINT_FORMAT)
 
 
@@ -437,7 +640,9 @@ def set_at(root: dict[str, Any], path: Path, value: Any) -> None:
 
 
 WRAPPERS: list[Callable[[Any], Any]] = [
-    lambda v: [v], lambda v: {"k": v}, lambda v: {"__tuple__": [v]},
+    lambda v: [v],
+    lambda v: {"k": v},
+    lambda v: {"__tuple__": [v]},
     lambda v: {"__dict__": [[1, v]]},
     lambda v: {"__type__": "relaykit.AgentOutput", "data": {"custom": v}},
 ]
@@ -465,8 +670,21 @@ def mutated_checkpoints(draw: st.DrawFn) -> bytes:
         paths = [p for p in all_paths(root) if p and p[0] == "payload"]
         path = draw(st.sampled_from(paths))
         node = get_at(root, path)
-        operation = draw(st.sampled_from(["replace", "transplant", "delete", "rename",
-                                          "deepen", "add-key", "marker", "tweak", "tweak"]))
+        operation = draw(
+            st.sampled_from(
+                [
+                    "replace",
+                    "transplant",
+                    "delete",
+                    "rename",
+                    "deepen",
+                    "add-key",
+                    "marker",
+                    "tweak",
+                    "tweak",
+                ]
+            )
+        )
         if operation == "tweak":  # same shape, other content: probes what the Runner does next
             set_at(root, path, draw(tweaked(node)))
         elif operation == "replace":
@@ -527,8 +745,11 @@ def check_resume(data: bytes) -> str:
     except rk.errors.RelayKitError as exc:
         return f"resume raised {type(exc).__name__}"
     errors = sorted({type(ev.error).__name__ for ev in resumed if ev.error is not None})
-    raw = [ev.error for ev in resumed if ev.error is not None
-           and not isinstance(ev.error, rk.errors.RelayKitError)]
+    raw = [
+        ev.error
+        for ev in resumed
+        if ev.error is not None and not isinstance(ev.error, rk.errors.RelayKitError)
+    ]
     assert not raw, raw
     return "resumed" + (f" with error events {', '.join(errors)}" if errors else "")
 
@@ -571,13 +792,17 @@ def fits(value: Any, annotation: Any) -> bool:
     if origin is list:
         return isinstance(value, list) and all(fits(v, args[0]) for v in value)
     if origin is dict:
-        return isinstance(value, dict) and all(fits(k, args[0]) and fits(v, args[1])
-                                               for k, v in value.items())
+        return isinstance(value, dict) and all(
+            fits(k, args[0]) and fits(v, args[1]) for k, v in value.items()
+        )
     if origin is tuple:
         if len(args) == 2 and args[1] is Ellipsis:
             return isinstance(value, tuple) and all(fits(v, args[0]) for v in value)
-        return (isinstance(value, tuple) and len(value) == len(args)
-                and all(fits(v, a) for v, a in zip(value, args, strict=True)))
+        return (
+            isinstance(value, tuple)
+            and len(value) == len(args)
+            and all(fits(v, a) for v, a in zip(value, args, strict=True))
+        )
     if origin in (set, frozenset):
         return isinstance(value, origin) and all(fits(v, args[0]) for v in value)
     if isinstance(annotation, type):
@@ -589,10 +814,30 @@ def fits(value: Any, annotation: Any) -> bool:
     return True
 
 
-KNOWN_TYPES = (type(None), bool, int, float, str, bytes, bytearray, list, dict, tuple, set,
-               frozenset, datetime.datetime, datetime.date, datetime.time, datetime.timedelta,
-               uuid.UUID, decimal.Decimal, pathlib.PurePath, StoredError, WillRetryError,
-               rk.MessageStream)
+KNOWN_TYPES = (
+    type(None),
+    bool,
+    int,
+    float,
+    str,
+    bytes,
+    bytearray,
+    list,
+    dict,
+    tuple,
+    set,
+    frozenset,
+    datetime.datetime,
+    datetime.date,
+    datetime.time,
+    datetime.timedelta,
+    uuid.UUID,
+    decimal.Decimal,
+    pathlib.PurePath,
+    StoredError,
+    WillRetryError,
+    rk.MessageStream,
+)
 
 
 def assert_well_typed(value: Any, depth: int = 0) -> None:
@@ -619,9 +864,24 @@ def assert_well_typed(value: Any, depth: int = 0) -> None:
 
 
 # -- (c) no side effects ------------------------------------------------------------------------
-WATCHED_EVENTS = frozenset({"import", "exec", "compile", "open", "os.system", "subprocess.Popen",
-                            "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "ctypes.dlopen",
-                            "pickle.find_class", "marshal.loads", "socket.connect"})
+WATCHED_EVENTS = frozenset(
+    {
+        "import",
+        "exec",
+        "compile",
+        "open",
+        "os.system",
+        "subprocess.Popen",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "ctypes.dlopen",
+        "pickle.find_class",
+        "marshal.loads",
+        "socket.connect",
+    }
+)
 _audit = {"installed": False, "generation": -1}
 _recorded: list[str] | None = None  # a list only while a load runs: the hook is inert otherwise
 
@@ -665,8 +925,11 @@ def test_the_audit_hook_sees_what_it_watches() -> None:
 @settings(FAST, max_examples=40)
 @given(st.sampled_from(HOSTILE_NAMES) | texts, json_documents())
 def test_only_registered_types_are_ever_constructed(name: str, data: Any) -> None:
-    for payload in ({"__type__": name, "data": {"x": data}}, {"__enum__": name, "member": data},
-                    [{"__type__": name, "data": {}}, data]):
+    for payload in (
+        {"__type__": name, "data": {"x": data}},
+        {"__enum__": name, "member": data},
+        [{"__type__": name, "data": {}}, data],
+    ):
         outcome = check_load(document(payload))
         assert outcome.startswith("rejected") or name in registry.by_name
     assert not DECOY_CALLS

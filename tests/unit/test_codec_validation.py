@@ -123,29 +123,63 @@ class Model(pydantic.BaseModel):
 
 
 # -- the attacker's probes -------------------------------------------------------------------
-@pytest.mark.parametrize(("payload", "expected"), [
-    (message(role=[SECRET]), "field 'role' must be Literal['system', 'user', 'assistant', "
-                             "'tool'], found list of str"),
-    (message(role=SECRET), "field 'role' must be Literal"),
-    (message(role="user", tool_calls=SECRET), "field 'tool_calls' must be list[ToolCall], "
-                                              "found str"),
-    (message(role="user", tool_calls=[SECRET]), "found list of str"),
-    (message(role="user", content=12345), "field 'content' must be str, found int"),
-    (message(role="user", metadata={"__dict__": [[1, SECRET]]}),
-     "field 'metadata' must be dict[str, Any], found dict with int keys"),
-    (message(role="user", attachments=[typed("relaykit.ToolCall", id="i", name="n")]),
-     "field 'attachments' must be list[Blob], found list of ToolCall"),
-    (typed("relaykit.Checkpoint", root_input=typed("relaykit.AgentInput"), events=[1, 2],
-           values={}, enable_streaming=False, interrupt_data=None, points=[]),
-     "type 'relaykit.Checkpoint' does not fit Checkpoint: field 'events' must be "
-     "list[AgentEvent], found list of int"),
-    (typed("relaykit.AgentEvent", run_path=[SECRET]), "field 'run_path' must be"),
-    (typed("relaykit.AgentEvent", error=SECRET), "field 'error' must be BaseException | None"),
-    (typed("relaykit.AgentAction", interrupted=message(role="user")),
-     "field 'interrupted' must be InterruptInfo | None, found Message"),
-], ids=["role-list", "role-unknown", "tool-calls-str", "tool-calls-items", "content-int",
-        "metadata-keys", "attachments-items", "checkpoint-events", "run-path-list",
-        "error-str", "type-checking-import"])
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (
+            message(role=[SECRET]),
+            "field 'role' must be Literal['system', 'user', 'assistant', "
+            "'tool'], found list of str",
+        ),
+        (message(role=SECRET), "field 'role' must be Literal"),
+        (
+            message(role="user", tool_calls=SECRET),
+            "field 'tool_calls' must be list[ToolCall], found str",
+        ),
+        (message(role="user", tool_calls=[SECRET]), "found list of str"),
+        (message(role="user", content=12345), "field 'content' must be str, found int"),
+        (
+            message(role="user", metadata={"__dict__": [[1, SECRET]]}),
+            "field 'metadata' must be dict[str, Any], found dict with int keys",
+        ),
+        (
+            message(role="user", attachments=[typed("relaykit.ToolCall", id="i", name="n")]),
+            "field 'attachments' must be list[Blob], found list of ToolCall",
+        ),
+        (
+            typed(
+                "relaykit.Checkpoint",
+                root_input=typed("relaykit.AgentInput"),
+                events=[1, 2],
+                values={},
+                enable_streaming=False,
+                interrupt_data=None,
+                points=[],
+            ),
+            "type 'relaykit.Checkpoint' does not fit Checkpoint: field 'events' must be "
+            "list[AgentEvent], found list of int",
+        ),
+        (typed("relaykit.AgentEvent", run_path=[SECRET]), "field 'run_path' must be"),
+        (typed("relaykit.AgentEvent", error=SECRET), "field 'error' must be BaseException | None"),
+        (
+            typed("relaykit.AgentAction", interrupted=message(role="user")),
+            "field 'interrupted' must be InterruptInfo | None, found Message",
+        ),
+    ],
+    ids=[
+        "role-list",
+        "role-unknown",
+        "tool-calls-str",
+        "tool-calls-items",
+        "content-int",
+        "metadata-keys",
+        "attachments-items",
+        "checkpoint-events",
+        "run-path-list",
+        "error-str",
+        "type-checking-import",
+    ],
+)
 def test_wrong_field_shapes_name_type_field_and_found_type(payload: Any, expected: str) -> None:
     message_text = load_error(payload)
     assert expected in message_text
@@ -176,59 +210,81 @@ def test_pydantic_errors_name_the_fields_only() -> None:
 SHAPES = "tests.codec_validation.Shapes"
 
 
-@pytest.mark.parametrize("fields", [
-    {"count": True},  # a bool is an int for typing
-    {"ratio": 3},  # an int is a float for typing
-    {"maybe": None}, {"maybe": 4}, {"old_optional": "s"}, {"either": "s"}, {"either": 2},
-    {"mode": "b"}, {"mode": 1},
-    {"names": ["a", "b"]}, {"table": {"a": 1}}, {"row": {"__tuple__": [1, "x"]}},
-    {"many": {"__tuple__": [1, 2, 3]}}, {"tags": {"__set__": ["a"]}},
-    {"frozen": {"__frozenset__": [1]}}, {"mapping": {"k": [1]}}, {"sequence": [1, 2]},
-    {"later": typed("tests.codec_validation.Later", note="n")},
-    {"anything": {"__set__": [1]}}, {"greeter": "not checked"},
-    {"problem": {"__error__": {"type": "ValueError", "message": "m"}}},
-    {"raw": {"__bytes__": "YQ=="}},
-], ids=repr)
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"count": True},  # a bool is an int for typing
+        {"ratio": 3},  # an int is a float for typing
+        {"maybe": None},
+        {"maybe": 4},
+        {"old_optional": "s"},
+        {"either": "s"},
+        {"either": 2},
+        {"mode": "b"},
+        {"mode": 1},
+        {"names": ["a", "b"]},
+        {"table": {"a": 1}},
+        {"row": {"__tuple__": [1, "x"]}},
+        {"many": {"__tuple__": [1, 2, 3]}},
+        {"tags": {"__set__": ["a"]}},
+        {"frozen": {"__frozenset__": [1]}},
+        {"mapping": {"k": [1]}},
+        {"sequence": [1, 2]},
+        {"later": typed("tests.codec_validation.Later", note="n")},
+        {"anything": {"__set__": [1]}},
+        {"greeter": "not checked"},
+        {"problem": {"__error__": {"type": "ValueError", "message": "m"}}},
+        {"raw": {"__bytes__": "YQ=="}},
+    ],
+    ids=repr,
+)
 def test_values_that_fit_their_annotations_load(fields: dict[str, Any]) -> None:
     value = codec.loads(doc(typed(SHAPES, **fields)), kind="test")
     assert isinstance(value, Shapes)
 
 
-@pytest.mark.parametrize(("fields", "problem"), [
-    ({"text": 1}, "field 'text' must be str, found int"),
-    ({"text": {"__bytes__": "YQ=="}}, "found bytes"),
-    ({"count": "1"}, "field 'count' must be int, found str"),
-    ({"count": 1.5}, "found float"),
-    ({"ratio": "1.0"}, "found str"),
-    ({"flag": 1}, "field 'flag' must be bool, found int"),
-    ({"maybe": "4"}, "must be int | None, found str"),
-    ({"either": [1]}, "found list of int"),
-    ({"mode": "c"}, "found str"),
-    ({"mode": True}, "found bool"),  # True == 1, but it is not Literal[1]
-    ({"names": ["a", 2]}, "must be list[str], found list of int | str"),
-    ({"names": {"__tuple__": ["a"]}}, "found tuple of str"),
-    ({"table": {"a": "1"}}, "found dict with str keys and str values"),
-    ({"row": {"__tuple__": [1]}}, "must be tuple[int, str], found tuple of int"),
-    ({"row": {"__tuple__": ["x", 1]}}, "found tuple"),
-    ({"many": {"__tuple__": [1, "2"]}}, "found tuple of int | str"),
-    ({"tags": ["a"]}, "must be set[str], found list"),
-    ({"frozen": {"__set__": [1]}}, "found set of int"),
-    ({"mapping": {"k": ["x"]}}, "found dict"),
-    ({"sequence": [1, "x"]}, "found list"),
-    ({"later": typed("tests.codec_validation.Picky", amount=1)}, "found Picky"),
-    ({"problem": "boom"}, "found str"),
-    ({"callback": 5}, "must be Callable[[int], int] | None, found int"),
-], ids=repr)
-def test_values_that_do_not_fit_their_annotations_are_refused(fields: dict[str, Any],
-                                                               problem: str) -> None:
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"text": 1}, "field 'text' must be str, found int"),
+        ({"text": {"__bytes__": "YQ=="}}, "found bytes"),
+        ({"count": "1"}, "field 'count' must be int, found str"),
+        ({"count": 1.5}, "found float"),
+        ({"ratio": "1.0"}, "found str"),
+        ({"flag": 1}, "field 'flag' must be bool, found int"),
+        ({"maybe": "4"}, "must be int | None, found str"),
+        ({"either": [1]}, "found list of int"),
+        ({"mode": "c"}, "found str"),
+        ({"mode": True}, "found bool"),  # True == 1, but it is not Literal[1]
+        ({"names": ["a", 2]}, "must be list[str], found list of int | str"),
+        ({"names": {"__tuple__": ["a"]}}, "found tuple of str"),
+        ({"table": {"a": "1"}}, "found dict with str keys and str values"),
+        ({"row": {"__tuple__": [1]}}, "must be tuple[int, str], found tuple of int"),
+        ({"row": {"__tuple__": ["x", 1]}}, "found tuple"),
+        ({"many": {"__tuple__": [1, "2"]}}, "found tuple of int | str"),
+        ({"tags": ["a"]}, "must be set[str], found list"),
+        ({"frozen": {"__set__": [1]}}, "found set of int"),
+        ({"mapping": {"k": ["x"]}}, "found dict"),
+        ({"sequence": [1, "x"]}, "found list"),
+        ({"later": typed("tests.codec_validation.Picky", amount=1)}, "found Picky"),
+        ({"problem": "boom"}, "found str"),
+        ({"callback": 5}, "must be Callable[[int], int] | None, found int"),
+    ],
+    ids=repr,
+)
+def test_values_that_do_not_fit_their_annotations_are_refused(
+    fields: dict[str, Any], problem: str
+) -> None:
     text = load_error(typed(SHAPES, **fields))
     assert f"'{SHAPES}' does not fit Shapes" in text
     assert problem in text
 
 
 def test_names_known_only_for_type_checking_resolve_through_the_registry() -> None:
-    ok = codec.loads(doc(typed("tests.codec_validation.Hidden",
-                               info=typed("relaykit.InterruptInfo", data=1))), kind="test")
+    ok = codec.loads(
+        doc(typed("tests.codec_validation.Hidden", info=typed("relaykit.InterruptInfo", data=1))),
+        kind="test",
+    )
     assert ok.info == rk.InterruptInfo(1)
     text = load_error(typed("tests.codec_validation.Hidden", info=5))
     assert "field 'info' must be InterruptInfo | None, found int" in text
@@ -242,59 +298,64 @@ def test_excluded_fields_cannot_be_smuggled_in() -> None:
 
 
 # -- malformed markers -----------------------------------------------------------------------
-@pytest.mark.parametrize(("payload", "problem"), [
-    ({"__dict__": [[[1], SECRET]]}, "a dict key of type list is not hashable"),
-    ({"__dict__": [[{"a": 1}, 2]]}, "a dict key of type dict is not hashable"),
-    ({"__dict__": [[{"__tuple__": [[1]]}, 2]]}, "a dict key of type tuple is not hashable"),
-    ({"__dict__": [[1]]}, "__dict__ must hold [key, value] pairs"),
-    ({"__dict__": [[1, 2, 3]]}, "__dict__ must hold [key, value] pairs"),
-    ({"__dict__": [SECRET]}, "__dict__ must hold [key, value] pairs"),
-    ({"__dict__": {"a": 1}}, "__dict__ must hold a list, found dict"),
-    ({"__set__": [[1]]}, "a __set__ item of type list is not hashable"),
-    ({"__frozenset__": [{"a": 1}]}, "a __frozenset__ item of type dict is not hashable"),
-    ({"__set__": SECRET}, "__set__ must hold a list, found str"),
-    ({"__tuple__": 3}, "__tuple__ must hold a list, found int"),
-    ({"__type__": 5, "data": {}}, "__type__ must hold a type name (a str), found int"),
-    ({"__type__": "relaykit.Message"}, "__type__ (with 'data') needs a second key"),
-    ({"__type__": "relaykit.Message", "extra": {}}, "'relaykit.Message' needs 'data'"),
-    ({"__type__": "relaykit.Message", "data": [SECRET]}, "must be an object, found list"),
-    ({"__type__": "relaykit.Message", "data": {}, "x": 1}, "reserved key"),
-    ({"__type__": "os.system", "data": {}}, "unknown type name 'os.system'"),
-    ({"__type__": "builtins.eval", "data": {}}, "unknown type name 'builtins.eval'"),
-    ({"__type__": "tests.codec_validation.Color", "data": {}}, "unknown type name"),
-    ({"__bytes__": 5}, "__bytes__ must hold a str, found int"),
-    ({"__bytes__": "!!"}, "__bytes__ does not hold valid base64"),
-    ({"__bytes__": "é"}, "__bytes__ does not hold valid base64"),
-    ({"__error__": 1}, "__error__ must hold an object"),
-    ({"__error__": {"type": 1, "message": "m"}}, "__error__ must hold an object"),
-    ({"__error__": {"message": ["m"]}}, "__error__ must hold an object"),
-    ({"__error__": {"message": "m", "extra": 1}}, "__error__ must hold an object"),
-    ({"__stream__": [1]}, "__stream__ must hold an object"),
-    ({"__stream__": {"message": 1}}, "a stream must hold a relaykit.Message, found int"),
-    ({"__stream__": {"error": SECRET}}, "a stream's error must be an error, found str"),
-    ({"__stream__": {"chunks": []}}, "__stream__ must hold an object"),
-    ({"__datetime__": SECRET}, "__datetime__ does not hold a valid value"),
-    ({"__datetime__": 5}, "__datetime__ must hold a str, found int"),
-    ({"__date__": "2024-13-01"}, "__date__ does not hold a valid value"),
-    ({"__time__": "25:00"}, "__time__ does not hold a valid value"),
-    ({"__timedelta__": [1, 2]}, "__timedelta__ must hold [days, seconds, microseconds]"),
-    ({"__timedelta__": [1, 2, True]}, "__timedelta__ must hold [days, seconds, microseconds]"),
-    ({"__timedelta__": [10**12, 0, 0]}, "__timedelta__ is out of range"),
-    ({"__uuid__": SECRET}, "__uuid__ does not hold a valid value"),
-    ({"__decimal__": SECRET}, "__decimal__ does not hold a valid value"),
-    ({"__decimal__": 1.5}, "__decimal__ must hold a str, found float"),
-    ({"__path__": ["a"]}, "__path__ must hold a str, found list"),
-    ({"__enum__": "tests.codec.Nope", "member": "A"}, "unknown type name"),
-    ({"__enum__": "relaykit.Message", "member": "A"}, "is registered for Message"),
-    ({"__type__": "tests.codec_validation.Suit", "data": {}}, "registered for Suit"),
-    ({"__enum__": "tests.codec_validation.Suit", "member": SECRET},
-     "names a member that Suit does not have"),
-    ({"__enum__": "tests.codec_validation.Suit", "member": 1}, "needs a str 'member'"),
-    ({"__enum__": "tests.codec_validation.Suit"}, "__enum__ (with 'member') needs a second"),
-    ({"__nope__": 1}, "unknown marker '__nope__'"),
-    ({"__tuple__": [], "a": 1}, "reserved key"),
-    ({"a": 1, "__x": SECRET}, "reserved key"),
-])
+@pytest.mark.parametrize(
+    ("payload", "problem"),
+    [
+        ({"__dict__": [[[1], SECRET]]}, "a dict key of type list is not hashable"),
+        ({"__dict__": [[{"a": 1}, 2]]}, "a dict key of type dict is not hashable"),
+        ({"__dict__": [[{"__tuple__": [[1]]}, 2]]}, "a dict key of type tuple is not hashable"),
+        ({"__dict__": [[1]]}, "__dict__ must hold [key, value] pairs"),
+        ({"__dict__": [[1, 2, 3]]}, "__dict__ must hold [key, value] pairs"),
+        ({"__dict__": [SECRET]}, "__dict__ must hold [key, value] pairs"),
+        ({"__dict__": {"a": 1}}, "__dict__ must hold a list, found dict"),
+        ({"__set__": [[1]]}, "a __set__ item of type list is not hashable"),
+        ({"__frozenset__": [{"a": 1}]}, "a __frozenset__ item of type dict is not hashable"),
+        ({"__set__": SECRET}, "__set__ must hold a list, found str"),
+        ({"__tuple__": 3}, "__tuple__ must hold a list, found int"),
+        ({"__type__": 5, "data": {}}, "__type__ must hold a type name (a str), found int"),
+        ({"__type__": "relaykit.Message"}, "__type__ (with 'data') needs a second key"),
+        ({"__type__": "relaykit.Message", "extra": {}}, "'relaykit.Message' needs 'data'"),
+        ({"__type__": "relaykit.Message", "data": [SECRET]}, "must be an object, found list"),
+        ({"__type__": "relaykit.Message", "data": {}, "x": 1}, "reserved key"),
+        ({"__type__": "os.system", "data": {}}, "unknown type name 'os.system'"),
+        ({"__type__": "builtins.eval", "data": {}}, "unknown type name 'builtins.eval'"),
+        ({"__type__": "tests.codec_validation.Color", "data": {}}, "unknown type name"),
+        ({"__bytes__": 5}, "__bytes__ must hold a str, found int"),
+        ({"__bytes__": "!!"}, "__bytes__ does not hold valid base64"),
+        ({"__bytes__": "é"}, "__bytes__ does not hold valid base64"),
+        ({"__error__": 1}, "__error__ must hold an object"),
+        ({"__error__": {"type": 1, "message": "m"}}, "__error__ must hold an object"),
+        ({"__error__": {"message": ["m"]}}, "__error__ must hold an object"),
+        ({"__error__": {"message": "m", "extra": 1}}, "__error__ must hold an object"),
+        ({"__stream__": [1]}, "__stream__ must hold an object"),
+        ({"__stream__": {"message": 1}}, "a stream must hold a relaykit.Message, found int"),
+        ({"__stream__": {"error": SECRET}}, "a stream's error must be an error, found str"),
+        ({"__stream__": {"chunks": []}}, "__stream__ must hold an object"),
+        ({"__datetime__": SECRET}, "__datetime__ does not hold a valid value"),
+        ({"__datetime__": 5}, "__datetime__ must hold a str, found int"),
+        ({"__date__": "2024-13-01"}, "__date__ does not hold a valid value"),
+        ({"__time__": "25:00"}, "__time__ does not hold a valid value"),
+        ({"__timedelta__": [1, 2]}, "__timedelta__ must hold [days, seconds, microseconds]"),
+        ({"__timedelta__": [1, 2, True]}, "__timedelta__ must hold [days, seconds, microseconds]"),
+        ({"__timedelta__": [10**12, 0, 0]}, "__timedelta__ is out of range"),
+        ({"__uuid__": SECRET}, "__uuid__ does not hold a valid value"),
+        ({"__decimal__": SECRET}, "__decimal__ does not hold a valid value"),
+        ({"__decimal__": 1.5}, "__decimal__ must hold a str, found float"),
+        ({"__path__": ["a"]}, "__path__ must hold a str, found list"),
+        ({"__enum__": "tests.codec.Nope", "member": "A"}, "unknown type name"),
+        ({"__enum__": "relaykit.Message", "member": "A"}, "is registered for Message"),
+        ({"__type__": "tests.codec_validation.Suit", "data": {}}, "registered for Suit"),
+        (
+            {"__enum__": "tests.codec_validation.Suit", "member": SECRET},
+            "names a member that Suit does not have",
+        ),
+        ({"__enum__": "tests.codec_validation.Suit", "member": 1}, "needs a str 'member'"),
+        ({"__enum__": "tests.codec_validation.Suit"}, "__enum__ (with 'member') needs a second"),
+        ({"__nope__": 1}, "unknown marker '__nope__'"),
+        ({"__tuple__": [], "a": 1}, "reserved key"),
+        ({"a": 1, "__x": SECRET}, "reserved key"),
+    ],
+)
 def test_malformed_markers_are_serialization_errors(payload: Any, problem: str) -> None:
     assert problem in load_error(payload)
 
@@ -305,29 +366,35 @@ def test_unknown_type_names_are_shortened() -> None:
 
 
 # -- documents -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("data", "problem"), [
-    ("a str", "is not bytes (found str)"),
-    (None, "is not bytes (found NoneType)"),
-    (b"\xff\xfe{}", "is corrupt (not JSON: invalid UTF-8 at byte 0)"),
-    ('{"a": "é"}'.encode("utf-16"), "invalid UTF-8"),
-    (b"{", "is corrupt (not JSON"),
-    (b"", "is corrupt (not JSON"),
-    (b"\xef\xbb\xbf{}", "is corrupt (not JSON"),  # a UTF-8 byte order mark
-    (b'{"format":"test","version":1,"payload":NaN}', "NaN and Infinity are not JSON"),
-    (b'{"format":"test","version":1,"payload":-Infinity}', "NaN and Infinity"),
-    (b'{"format":"test","version":1,"payload":1e999}', "out of the float range"),
-    (b'{"format":"test","version":1,"payload":' + b"9" * 5000 + b"}", "is corrupt (not JSON"),
-    (b'{"format":"test","version":1,"payload":"\\ud800"}', "unpaired surrogate"),
-    (b'{"format":"test","version":1,"payload":{"\\udfff":1}}', "unpaired surrogate"),
-    (b'{"format":"test","version":"1","payload":1}', "invalid format version (a str)"),
-    (b'{"format":"test","version":true,"payload":1}', "invalid format version (a bool)"),
-    (b'{"format":"test","version":0,"payload":1}', "format version 0"),
-    (b'{"format":"test","version":2,"payload":1}', "format version 2; this relaykit reads "
-                                                   "versions 1 to 1: upgrade relaykit"),
-    (b'{"format":"other","version":1,"payload":1}', "is not a relaykit test document"),
-    (b'[1]', "is not a relaykit test document"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
-], ids=repr)
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ("a str", "is not bytes (found str)"),
+        (None, "is not bytes (found NoneType)"),
+        (b"\xff\xfe{}", "is corrupt (not JSON: invalid UTF-8 at byte 0)"),
+        ('{"a": "é"}'.encode("utf-16"), "invalid UTF-8"),
+        (b"{", "is corrupt (not JSON"),
+        (b"", "is corrupt (not JSON"),
+        (b"\xef\xbb\xbf{}", "is corrupt (not JSON"),  # a UTF-8 byte order mark
+        (b'{"format":"test","version":1,"payload":NaN}', "NaN and Infinity are not JSON"),
+        (b'{"format":"test","version":1,"payload":-Infinity}', "NaN and Infinity"),
+        (b'{"format":"test","version":1,"payload":1e999}', "out of the float range"),
+        (b'{"format":"test","version":1,"payload":' + b"9" * 5000 + b"}", "is corrupt (not JSON"),
+        (b'{"format":"test","version":1,"payload":"\\ud800"}', "unpaired surrogate"),
+        (b'{"format":"test","version":1,"payload":{"\\udfff":1}}', "unpaired surrogate"),
+        (b'{"format":"test","version":"1","payload":1}', "invalid format version (a str)"),
+        (b'{"format":"test","version":true,"payload":1}', "invalid format version (a bool)"),
+        (b'{"format":"test","version":0,"payload":1}', "format version 0"),
+        (
+            b'{"format":"test","version":2,"payload":1}',
+            "format version 2; this relaykit reads versions 1 to 1: upgrade relaykit",
+        ),
+        (b'{"format":"other","version":1,"payload":1}', "is not a relaykit test document"),
+        (b"[1]", "is not a relaykit test document"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+    ids=repr,
+)
 def test_bad_documents_name_what_was_loaded(data: Any, problem: str) -> None:
     with pytest.raises(SerializationError) as caught:
         codec.loads(data, kind="test", what="checkpoint 'c1'")
@@ -404,8 +471,9 @@ def test_cyclic_values_are_refused_not_recursed() -> None:
 
 
 def test_hostile_nesting_never_raises_recursion_error() -> None:
-    deep_json = b'{"format":"test","version":1,"payload":' + b'{"a":' * 50_000 + b"1" + (
-        b"}" * 50_001)
+    deep_json = (
+        b'{"format":"test","version":1,"payload":' + b'{"a":' * 50_000 + b"1" + (b"}" * 50_001)
+    )
     with pytest.raises(SerializationError, match="nested too deeply"):
         codec.loads(deep_json, kind="test")
     deep_list = nested(50_000, lambda v: [v])
@@ -464,5 +532,8 @@ async def test_resuming_a_checkpoint_with_wrong_shapes_raises_serialization_erro
     with pytest.raises(SerializationError, match=r"^checkpoint 'cp': .*field 'role'"):
         [ev async for ev in runner.resume("cp")]
     await store.set("cp", raw)
-    assert [ev.message.content for ev in [ev async for ev in runner.resume("cp")]
-            if ev.message is not None] == ["done"]
+    assert [
+        ev.message.content
+        for ev in [ev async for ev in runner.resume("cp")]
+        if ev.message is not None
+    ] == ["done"]

@@ -18,8 +18,9 @@ def tool_ctx(name: str = "t", call_id: str = "call_1") -> rk.ToolContext:
 
 # -- schema ------------------------------------------------------------------------------------
 @rk.tool
-def get_weather(city: str, days: int = 1, unit: Literal["c", "f"] = "c",
-                tags: list[str] | None = None) -> str:
+def get_weather(
+    city: str, days: int = 1, unit: Literal["c", "f"] = "c", tags: list[str] | None = None
+) -> str:
     """Get the weather forecast.
 
     Uses the national service.
@@ -190,30 +191,34 @@ async def test_tool_context_injected_into_sync_function() -> None:
 
 
 async def test_defaults_apply_when_arguments_are_omitted() -> None:
-    assert await get_weather.call(tool_ctx(), {"city": "Rome"}) == \
-        "sunny in Rome for 1 day(s) [c] None"
+    assert (
+        await get_weather.call(tool_ctx(), {"city": "Rome"})
+        == "sunny in Rome for 1 day(s) [c] None"
+    )
 
 
 @pytest.mark.parametrize(
     ("arguments", "field"),
     [
-        ({}, "city"),                                   # missing required
-        ({"city": 5}, "city"),                          # wrong type
-        ({"city": "x", "days": "many"}, "days"),        # not an integer
-        ({"city": "x", "unit": "kelvin"}, "unit"),      # not in the enum
-        ({"city": "x", "tags": "notalist"}, "tags"),    # not an array
-        ({"city": "x", "extra": 1}, "extra"),           # unknown argument
+        ({}, "city"),  # missing required
+        ({"city": 5}, "city"),  # wrong type
+        ({"city": "x", "days": "many"}, "days"),  # not an integer
+        ({"city": "x", "unit": "kelvin"}, "unit"),  # not in the enum
+        ({"city": "x", "tags": "notalist"}, "tags"),  # not an array
+        ({"city": "x", "extra": 1}, "extra"),  # unknown argument
     ],
 )
-async def test_validation_error_is_tool_error_naming_the_field(arguments: dict[str, Any],
-                                                               field: str) -> None:
+async def test_validation_error_is_tool_error_naming_the_field(
+    arguments: dict[str, Any], field: str
+) -> None:
     """D15: arguments that do not match the schema are a ToolError whose message names the
     tool and the field; the function is not called."""
     calls: list[Any] = []
 
     @rk.tool(name="get_weather")
-    def checked(city: str, days: int = 1, unit: Literal["c", "f"] = "c",
-                tags: list[str] | None = None) -> str:
+    def checked(
+        city: str, days: int = 1, unit: Literal["c", "f"] = "c", tags: list[str] | None = None
+    ) -> str:
         calls.append(city)
         return "ok"
 

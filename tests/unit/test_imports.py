@@ -28,14 +28,24 @@ ALLOWED_CYCLE_EDGES: dict[tuple[str, str], str] = {}
 
 #: Edges that must never exist, whatever the allow-list says.
 FORBIDDEN_EDGES: dict[tuple[str, str], str] = {
-    ("relaykit.codec", "relaykit.messages"):
-        "the codec sits below the messages: MessageStream registers a codec adapter instead",
+    (
+        "relaykit.codec",
+        "relaykit.messages",
+    ): "the codec sits below the messages: MessageStream registers a codec adapter instead",
 }
 
 #: Packages of the optional extras (and griffe, imported lazily by @tool): ``import relaykit``
 #: must not load them, so the core stays usable and fast to import without them.
-OPTIONAL_PACKAGES = ("sqlalchemy", "alembic", "griffe", "openai", "anthropic", "google.genai",
-                     "mcp", "fastapi")
+OPTIONAL_PACKAGES = (
+    "sqlalchemy",
+    "alembic",
+    "griffe",
+    "openai",
+    "anthropic",
+    "google.genai",
+    "mcp",
+    "fastapi",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +74,9 @@ def module_path(name: str) -> Path:
 
 
 def is_type_checking(test: ast.expr) -> bool:
-    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def run_time_nodes(tree: ast.AST) -> Iterator[ast.AST]:
@@ -195,18 +206,23 @@ def describe_cycles(groups: list[list[str]], graph: dict[str, list[Edge]]) -> st
 
 
 def without(graph: dict[str, list[Edge]], dropped: set[tuple[str, str]]) -> dict[str, list[Edge]]:
-    return {name: [e for e in edges if (e.importer, e.imported) not in dropped]
-            for name, edges in graph.items()}
+    return {
+        name: [e for e in edges if (e.importer, e.imported) not in dropped]
+        for name, edges in graph.items()
+    }
 
 
 # -- tests -------------------------------------------------------------------------------------
 def test_the_import_graph_reader_sees_function_level_imports_and_skips_type_checking() -> None:
-    source = ("from typing import TYPE_CHECKING\nimport relaykit.errors\n"
-              "if TYPE_CHECKING:\n    from relaykit import codec\nelse:\n    import json\n"
-              "def f():\n    from relaykit.messages import Message\n")
+    source = (
+        "from typing import TYPE_CHECKING\nimport relaykit.errors\n"
+        "if TYPE_CHECKING:\n    from relaykit import codec\nelse:\n    import json\n"
+        "def f():\n    from relaykit.messages import Message\n"
+    )
     tree = ast.parse(source)
-    found = {n.names[0].name for n in run_time_nodes(tree)
-             if isinstance(n, ast.Import | ast.ImportFrom)}
+    found = {
+        n.names[0].name for n in run_time_nodes(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+    }
     assert found == {"TYPE_CHECKING", "relaykit.errors", "json", "Message"}
 
 
@@ -214,18 +230,24 @@ def test_the_cycle_finder_reports_every_cycle_with_its_imports() -> None:
     def edges(importer: str, *imported: str) -> list[Edge]:
         return [Edge(importer, m, i + 1) for i, m in enumerate(imported)]
 
-    graph = {"relaykit.a": edges("relaykit.a", "relaykit.b"),
-             "relaykit.b": edges("relaykit.b", "relaykit.a", "relaykit.c"),
-             "relaykit.c": edges("relaykit.c", "relaykit.d"),
-             "relaykit.d": edges("relaykit.d", "relaykit.e"),
-             "relaykit.e": edges("relaykit.e", "relaykit.c"),
-             "relaykit.f": edges("relaykit.f", "relaykit.a")}
+    graph = {
+        "relaykit.a": edges("relaykit.a", "relaykit.b"),
+        "relaykit.b": edges("relaykit.b", "relaykit.a", "relaykit.c"),
+        "relaykit.c": edges("relaykit.c", "relaykit.d"),
+        "relaykit.d": edges("relaykit.d", "relaykit.e"),
+        "relaykit.e": edges("relaykit.e", "relaykit.c"),
+        "relaykit.f": edges("relaykit.f", "relaykit.a"),
+    }
     groups = strongly_connected(graph)
     assert groups == [["relaykit.c", "relaykit.d", "relaykit.e"], ["relaykit.a", "relaykit.b"]]
     assert [str(e.imported) for e in a_cycle(groups[0], graph)] == [
-        "relaykit.d", "relaykit.e", "relaykit.c"]
+        "relaykit.d",
+        "relaykit.e",
+        "relaykit.c",
+    ]
     assert strongly_connected(without(graph, {("relaykit.e", "relaykit.c")})) == [
-        ["relaykit.a", "relaykit.b"]]
+        ["relaykit.a", "relaykit.b"]
+    ]
 
 
 def test_the_codec_does_not_import_the_messages() -> None:
@@ -236,7 +258,8 @@ def test_the_codec_does_not_import_the_messages() -> None:
     assert not bad, "the codec imports relaykit.messages:\n" + "\n".join(bad)
     for importer, imported in FORBIDDEN_EDGES:
         assert not any(e.imported == imported for e in graph[importer]), (
-            f"{importer} imports {imported}: {FORBIDDEN_EDGES[importer, imported]}")
+            f"{importer} imports {imported}: {FORBIDDEN_EDGES[importer, imported]}"
+        )
 
 
 def test_relaykit_modules_do_not_import_each_other_in_a_cycle() -> None:
@@ -250,22 +273,32 @@ def test_relaykit_modules_do_not_import_each_other_in_a_cycle() -> None:
         print("import cycles in relaykit (allow-listed imports marked):")
         print(describe_cycles(found, graph))
     existing = {(e.importer, e.imported) for edges in graph.values() for e in edges}
-    in_a_cycle = {(e.importer, e.imported) for group in found for m in group
-                  for e in graph[m] if e.imported in group}
+    in_a_cycle = {
+        (e.importer, e.imported)
+        for group in found
+        for m in group
+        for e in graph[m]
+        if e.imported in group
+    }
     for pair in sorted(allowed - in_a_cycle):
         state = "closes no cycle any more" if pair in existing else "no longer exists"
         print(f"ALLOWED_CYCLE_EDGES entry {pair[0]} -> {pair[1]} {state}: remove it")
-    assert not remaining, ("relaykit modules import each other in a cycle (move the shared "
-                           "piece down, or let the lower module offer a registration hook, "
-                           "rather than import upwards):\n" + describe_cycles(remaining, graph))
+    assert not remaining, (
+        "relaykit modules import each other in a cycle (move the shared "
+        "piece down, or let the lower module offer a registration hook, "
+        "rather than import upwards):\n" + describe_cycles(remaining, graph)
+    )
 
 
 def test_import_relaykit_loads_no_optional_extra() -> None:
-    code = ("import sys, relaykit\n"
-            f"wanted = {OPTIONAL_PACKAGES!r}\n"
-            "print(' '.join(sorted({w for w in wanted for m in sys.modules "
-            "if m == w or m.startswith(w + '.')})))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
+    code = (
+        "import sys, relaykit\n"
+        f"wanted = {OPTIONAL_PACKAGES!r}\n"
+        "print(' '.join(sorted({w for w in wanted for m in sys.modules "
+        "if m == w or m.startswith(w + '.')})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     loaded = done.stdout.split()
     assert not loaded, f"import relaykit loads the optional packages {loaded}"

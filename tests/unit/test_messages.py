@@ -18,8 +18,9 @@ def chunk(text: str = "", *calls: rk.ToolCall) -> rk.Message:
 class Source:
     """An async-generator source that counts how many chunks were pulled from it."""
 
-    def __init__(self, texts: list[str], error: BaseException | None = None,
-                 pause: float = 0.0) -> None:
+    def __init__(
+        self, texts: list[str], error: BaseException | None = None, pause: float = 0.0
+    ) -> None:
         self.texts = texts
         self.error = error
         self.pause = pause
@@ -88,31 +89,39 @@ def test_concat_merges_tool_call_fragments_by_index() -> None:
     ]
     merged = concat_messages(chunks)
     assert [(c.id, c.name, c.arguments) for c in merged.tool_calls] == [
-        ("c1", "search", '{"q": "x"}'), ("c2", "calc", "{}")]
+        ("c1", "search", '{"q": "x"}'),
+        ("c2", "calc", "{}"),
+    ]
     assert all(c.index is None for c in merged.tool_calls)
     # The chunks themselves are not modified.
     assert chunks[0].tool_calls[0].arguments == '{"q"'
 
 
 def test_concat_merges_tool_call_fragments_by_id() -> None:
-    merged = concat_messages([
-        chunk("a", rk.ToolCall("c1", "search", '{"q":')),
-        chunk("b", rk.ToolCall("c2", "calc", '{"x":')),
-        chunk("", rk.ToolCall("c1", "", ' "y"}')),
-        chunk("", rk.ToolCall("c2", "", " 1}")),
-        chunk("", rk.ToolCall("", "", "")),  # no id and no index: continues the last call
-    ])
+    merged = concat_messages(
+        [
+            chunk("a", rk.ToolCall("c1", "search", '{"q":')),
+            chunk("b", rk.ToolCall("c2", "calc", '{"x":')),
+            chunk("", rk.ToolCall("c1", "", ' "y"}')),
+            chunk("", rk.ToolCall("c2", "", " 1}")),
+            chunk("", rk.ToolCall("", "", "")),  # no id and no index: continues the last call
+        ]
+    )
     assert merged.content == "ab"
     assert [(c.id, c.name, c.arguments) for c in merged.tool_calls] == [
-        ("c1", "search", '{"q": "y"}'), ("c2", "calc", '{"x": 1}')]
+        ("c1", "search", '{"q": "y"}'),
+        ("c2", "calc", '{"x": 1}'),
+    ]
 
 
 def test_concat_fragment_without_id_continues_previous_call() -> None:
-    merged = concat_messages([
-        chunk("", rk.ToolCall("c1", "f", "{")),
-        chunk("", rk.ToolCall("", "", '"a": 1')),
-        chunk("", rk.ToolCall("", "", "}")),
-    ])
+    merged = concat_messages(
+        [
+            chunk("", rk.ToolCall("c1", "f", "{")),
+            chunk("", rk.ToolCall("", "", '"a": 1')),
+            chunk("", rk.ToolCall("", "", "}")),
+        ]
+    )
     assert [(c.id, c.name, c.arguments) for c in merged.tool_calls] == [("c1", "f", '{"a": 1}')]
 
 
@@ -187,13 +196,14 @@ async def test_empty_stream_collect_is_an_error() -> None:
 
 
 async def test_stream_of_tool_call_fragments_collects_to_whole_calls() -> None:
-    stream = rk.MessageStream.from_list([
-        chunk("", rk.ToolCall("call_1", "transfer_to_agent", '{"agent_', index=0)),
-        chunk("", rk.ToolCall("", "", 'name": "B"}', index=0)),
-    ])
+    stream = rk.MessageStream.from_list(
+        [
+            chunk("", rk.ToolCall("call_1", "transfer_to_agent", '{"agent_', index=0)),
+            chunk("", rk.ToolCall("", "", 'name": "B"}', index=0)),
+        ]
+    )
     message = await stream.collect()
-    assert message.tool_calls == [rk.ToolCall("call_1", "transfer_to_agent",
-                                              '{"agent_name": "B"}')]
+    assert message.tool_calls == [rk.ToolCall("call_1", "transfer_to_agent", '{"agent_name": "B"}')]
 
 
 async def test_aclose_closes_an_abandoned_source() -> None:

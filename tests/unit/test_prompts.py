@@ -29,8 +29,9 @@ EXPECTED_TRANSFER_TWO = (
 # -- transfer instruction and built-in tool specs ---------------------------------------------
 def test_transfer_instruction_exact_text() -> None:
     """§7.4: exact English template; the first line ends with a trailing space."""
-    text = prompts.transfer_instruction([("billing", "handles invoices"),
-                                         ("root", "the front desk")])
+    text = prompts.transfer_instruction(
+        [("billing", "handles invoices"), ("root", "the front desk")]
+    )
     assert text == EXPECTED_TRANSFER_TWO
     assert text.splitlines()[0] == "Available other agents: "
 
@@ -39,9 +40,11 @@ def test_transfer_instruction_keeps_target_order_and_braces_verbatim() -> None:
     """Targets are listed in the given order; names/descriptions are not formatted (D16 applies
     only to the agent's own instruction)."""
     text = prompts.transfer_instruction([("z", "{not_a_key}"), ("a", "")])
-    assert text.startswith("Available other agents: \n- Agent name: z\n"
-                           "  Agent description: {not_a_key}\n- Agent name: a\n"
-                           "  Agent description: \n\nDecision rule:\n")
+    assert text.startswith(
+        "Available other agents: \n- Agent name: z\n"
+        "  Agent description: {not_a_key}\n- Agent name: a\n"
+        "  Agent description: \n\nDecision rule:\n"
+    )
 
 
 def test_transfer_tool_spec_lists_the_targets_as_an_enum() -> None:
@@ -53,8 +56,12 @@ def test_transfer_tool_spec_lists_the_targets_as_an_enum() -> None:
     assert spec.parameters["type"] == "object"
     assert spec.parameters["required"] == ["agent_name"]
     assert spec.parameters["properties"] == {
-        "agent_name": {"type": "string", "description": "the name of the agent to transfer to",
-                       "enum": ["billing", "root"]}}
+        "agent_name": {
+            "type": "string",
+            "description": "the name of the agent to transfer to",
+            "enum": ["billing", "root"],
+        }
+    }
 
 
 def test_exit_tool_spec() -> None:
@@ -64,7 +71,8 @@ def test_exit_tool_spec() -> None:
     assert spec.description == "Exit the agent process and return the final result."
     assert spec.parameters["required"] == ["final_result"]
     assert spec.parameters["properties"] == {
-        "final_result": {"type": "string", "description": "the final result to return"}}
+        "final_result": {"type": "string", "description": "the final result to return"}
+    }
 
 
 # -- fill_instruction (D16) --------------------------------------------------------------------
@@ -73,13 +81,18 @@ def test_exit_tool_spec() -> None:
     [
         ("no placeholders at all", {}, "no placeholders at all"),
         ("Hello {name}!", {"name": "Ada"}, "Hello Ada!"),
-        ("n={n}, flag={flag}, none={none}", {"n": 3, "flag": True, "none": None},
-         "n=3, flag=True, none=None"),
+        (
+            "n={n}, flag={flag}, none={none}",
+            {"n": 3, "flag": True, "none": None},
+            "n=3, flag=True, none=None",
+        ),
         ("{a}{b}", {"a": "x", "b": "y"}, "xy"),
         ("{a} and {a}", {"a": "x"}, "x and x"),
-        ("Hi {user:name} of {app:brand}, tmp {temp:scratch}",
-         {"user:name": "Ada", "app:brand": "Acme", "temp:scratch": 1},
-         "Hi Ada of Acme, tmp 1"),
+        (
+            "Hi {user:name} of {app:brand}, tmp {temp:scratch}",
+            {"user:name": "Ada", "app:brand": "Acme", "temp:scratch": 1},
+            "Hi Ada of Acme, tmp 1",
+        ),
         ("opt=[{missing?}]", {}, "opt=[]"),
         ("opt=[{present?}]", {"present": "yes"}, "opt=[yes]"),
         ("scoped opt=[{user:nick?}]", {}, "scoped opt=[]"),
@@ -93,8 +106,11 @@ def test_exit_tool_spec() -> None:
         ('JSON {"a": 1, "b": [1, 2]}', {}, 'JSON {"a": 1, "b": [1, 2]}'),
         ('JSON {"a": 1} with {k}', {"k": "v"}, 'JSON {"a": 1} with v'),
         ('nested JSON {"a": {"b": 1}}', {}, 'nested JSON {"a": {"b": 1}}'),
-        ('{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}', {},
-         '{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}'),
+        (
+            '{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}',
+            {},
+            '{"a": {"b": {"c": [1, {"d": 2}]}}} ends in }}}}',
+        ),
         ('{"user": {"name": "{name}"}}', {"name": "Ana"}, '{"user": {"name": "Ana"}}'),
         ('doubled JSON {{"a": 1}}', {}, 'doubled JSON {{"a": 1}}'),
         ("stray { brace and } brace", {}, "stray { brace and } brace"),

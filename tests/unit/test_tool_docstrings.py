@@ -86,14 +86,20 @@ def sphinx(city: str, days: int = 1, unit: str = "c") -> str:
     return city
 
 
-EXPECTED = ("Get the weather forecast.\n\nUses the national service.",
-            {"city": 'The city name, e.g. "Paris".', "days": "How many days to forecast.",
-             "unit": "Temperature unit."})
+EXPECTED = (
+    "Get the weather forecast.\n\nUses the national service.",
+    {
+        "city": 'The city name, e.g. "Paris".',
+        "days": "How many days to forecast.",
+        "unit": "Temperature unit.",
+    },
+)
 
 
 @pytest.mark.parametrize("fn_tool", [google, numpy, sphinx], ids=["google", "numpy", "sphinx"])
 def test_each_style_gives_the_main_text_and_the_parameter_descriptions(
-        fn_tool: rk.FunctionTool[..., object]) -> None:
+    fn_tool: rk.FunctionTool[..., object],
+) -> None:
     """The description is the main text only; each parameter's description comes from its
     entry (continuation lines joined); nothing of Returns or Raises leaks."""
     assert described(fn_tool) == EXPECTED
@@ -123,7 +129,9 @@ def test_a_docstring_with_only_a_description_is_the_description() -> None:
 
     assert described(ping) == (
         "Check that a host answers.\n\nSends one ICMP echo request: something like\n"
-        "``ping -c 1 <host>``.", {"host": None})
+        "``ping -c 1 <host>``.",
+        {"host": None},
+    )
 
 
 def test_a_one_line_docstring() -> None:
@@ -198,19 +206,22 @@ def test_google_keyword_args_and_examples() -> None:
         """
         return query
 
-    assert described(search) == ("Search the index.", {"query": "The words to look for.",
-                                                        "limit": "At most this many hits."})
+    assert described(search) == (
+        "Search the index.",
+        {"query": "The words to look for.", "limit": "At most this many hits."},
+    )
 
 
 def test_importing_relaykit_does_not_import_griffe() -> None:
     """griffe is loaded on the first docstring with sections, not by ``import relaykit`` nor by
     a tool whose docstring is plain text."""
-    code = ("import sys, relaykit as rk\n"
-            "@rk.tool\n"
-            "def ping(host: str) -> str:\n"
-            "    '''Check that a host answers.'''\n"
-            "    return host\n"
-            "print('griffe' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, relaykit as rk\n"
+        "@rk.tool\n"
+        "def ping(host: str) -> str:\n"
+        "    '''Check that a host answers.'''\n"
+        "    return host\n"
+        "print('griffe' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -50,8 +50,9 @@ async def test_two_sync_calls_run_at_the_same_time() -> None:
         barrier.wait()
         return f"{name} met"
 
-    results = await asyncio.gather(meet.call(tool_ctx(), {"name": "a"}),
-                                   meet.call(tool_ctx(), {"name": "b"}))
+    results = await asyncio.gather(
+        meet.call(tool_ctx(), {"name": "a"}), meet.call(tool_ctx(), {"name": "b"})
+    )
     assert results == ["a met", "b met"]
 
 
@@ -167,6 +168,7 @@ def test_builtin_tools_are_registered_by_identity() -> None:
 async def test_stop_iteration_from_a_sync_function_is_an_error_not_a_hang() -> None:
     """asyncio cannot put a StopIteration into a future: carried out of the thread, it is
     raised as the RuntimeError a coroutine would make of it (the run never hangs)."""
+
     @rk.tool
     def bad(n: int) -> str:
         """Raises StopIteration."""

@@ -59,9 +59,18 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], li
     """mypy's (notes, errors) for PROGRAM, each as ``<line>: <message>``."""
     program = tmp_path_factory.mktemp("typing") / f"{MODULE}.py"
     program.write_text(PROGRAM, encoding="utf-8")
-    stdout, stderr, _ = mypy_api.run([
-        "--config-file", str(ROOT / "pyproject.toml"), "--strict", "--no-error-summary",
-        "--show-error-codes", "--cache-dir", str(ROOT / ".mypy_cache"), str(program)])
+    stdout, stderr, _ = mypy_api.run(
+        [
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--no-error-summary",
+            "--show-error-codes",
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(program),
+        ]
+    )
     assert not stderr, stderr
     notes: list[str] = []
     errors: list[str] = []
@@ -74,7 +83,8 @@ def mypy_output(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], li
 
 
 def test_right_calls_type_check_and_wrong_ones_do_not(
-        mypy_output: tuple[list[str], list[str]]) -> None:
+    mypy_output: tuple[list[str], list[str]],
+) -> None:
     """Only the three lines marked WRONG are errors: the tool object is called like the
     function, with its parameter and return types, and is a ``Tool``."""
     _, errors = mypy_output
@@ -85,15 +95,16 @@ def test_right_calls_type_check_and_wrong_ones_do_not(
 
 
 def test_reveal_type_shows_the_functions_signature_without_any(
-        mypy_output: tuple[list[str], list[str]]) -> None:
+    mypy_output: tuple[list[str], list[str]],
+) -> None:
     notes, _ = mypy_output
     # Older mypy versions spell builtins with their module.
-    revealed = [n.split(": ", 1)[1].replace("builtins.", "") for n in notes
-                if "Revealed type is" in n]
+    revealed = [
+        n.split(": ", 1)[1].replace("builtins.", "") for n in notes if "Revealed type is" in n
+    ]
     assert revealed == [
         'Revealed type is "def (city: str, days: int =) -> str"',
         'Revealed type is "def (query: str, limit: int =) -> list[str]"',
-        'Revealed type is "relaykit.tools.function.FunctionTool[[city: str, days: int =], '
-        'str]"',
+        'Revealed type is "relaykit.tools.function.FunctionTool[[city: str, days: int =], str]"',
     ]
     assert not any("Any" in r for r in revealed)

@@ -29,8 +29,10 @@ def _chain(depth: int) -> rk.FlowAgent:
 def test_a_5000_deep_chain_of_sub_agents_is_refused_with_the_depth_limit() -> None:
     """D23: a 5,000-deep tree is refused with ConfigurationError naming the limit (it could
     not run), not RecursionError."""
-    with pytest.raises(ConfigurationError,
-                       match=f"deeper than {MAX_TREE_DEPTH} levels \\(at 'a{MAX_TREE_DEPTH}'\\)"):
+    with pytest.raises(
+        ConfigurationError,
+        match=f"deeper than {MAX_TREE_DEPTH} levels \\(at 'a{MAX_TREE_DEPTH}'\\)",
+    ):
         rk.Runner(_chain(DEPTH))
 
 
@@ -38,8 +40,9 @@ async def test_a_tree_at_the_depth_limit_builds_and_runs() -> None:
     """The deepest accepted tree runs: control is transferred down to the bottom agent."""
     node: rk.Agent = ScriptedAgent(f"a{MAX_TREE_DEPTH - 1}", ["bottom"])
     for i in range(MAX_TREE_DEPTH - 2, -1, -1):
-        node = rk.set_sub_agents(ScriptedAgent(f"a{i}", [rk.AgentEvent.transfer(f"a{i + 1}")]),
-                                 [node])
+        node = rk.set_sub_agents(
+            ScriptedAgent(f"a{i}", [rk.AgentEvent.transfer(f"a{i + 1}")]), [node]
+        )
     result = await rk.Runner(node, max_transfers=MAX_TREE_DEPTH).invoke("go")
     assert result.output is not None and result.output.content == "bottom"
     assert len(result.events[-1].run_path) == MAX_TREE_DEPTH
@@ -61,16 +64,19 @@ def test_a_deep_chain_that_contains_itself_is_reported() -> None:
     while bottom.sub_agents:
         bottom = bottom.sub_agents[0]
     rk.set_sub_agents(bottom, [root])
-    with pytest.raises(ConfigurationError,
-                       match="the agent tree contains itself: 'a0' is its own descendant"):
+    with pytest.raises(
+        ConfigurationError, match="the agent tree contains itself: 'a0' is its own descendant"
+    ):
         rk.Runner(root)
 
 
 def test_a_5000_long_deterministic_transfer_cycle_is_detected() -> None:
     """D13 / D23: w0 -> w1 -> ... -> w4999 -> w0, made only of deterministic transfers; the
     error names the whole cycle in order."""
-    workers = [rk.with_deterministic_transfer(ScriptedAgent(f"w{i}"), [f"w{(i + 1) % DEPTH}"])
-               for i in range(DEPTH)]
+    workers = [
+        rk.with_deterministic_transfer(ScriptedAgent(f"w{i}"), [f"w{(i + 1) % DEPTH}"])
+        for i in range(DEPTH)
+    ]
     root = rk.set_sub_agents(ScriptedAgent("root"), workers)
     with pytest.raises(ConfigurationError) as caught:
         rk.Runner(root)
@@ -80,30 +86,41 @@ def test_a_5000_long_deterministic_transfer_cycle_is_detected() -> None:
 
 def test_a_5000_long_acyclic_transfer_chain_is_accepted() -> None:
     """A long chain that ends (w4999 transfers to nobody) is no cycle."""
-    workers = [rk.with_deterministic_transfer(ScriptedAgent(f"w{i}"), [f"w{i + 1}"])
-               for i in range(DEPTH - 1)]
+    workers = [
+        rk.with_deterministic_transfer(ScriptedAgent(f"w{i}"), [f"w{i + 1}"])
+        for i in range(DEPTH - 1)
+    ]
     rk.Runner(rk.set_sub_agents(ScriptedAgent("root"), [*workers, ScriptedAgent(f"w{DEPTH - 1}")]))
 
 
 def test_a_cycle_reached_from_a_side_branch_names_only_the_cycle() -> None:
     """The search starts at X (not on the cycle); the message names Y -> Z -> Y only."""
-    root = rk.set_sub_agents(ScriptedAgent("R"), [
-        rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y"]),
-        rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
-        rk.with_deterministic_transfer(ScriptedAgent("Z"), ["Y"]),
-    ])
-    with pytest.raises(ConfigurationError,
-                       match=r"^deterministic transfers form a cycle: Y -> Z -> Y$"):
+    root = rk.set_sub_agents(
+        ScriptedAgent("R"),
+        [
+            rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y"]),
+            rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
+            rk.with_deterministic_transfer(ScriptedAgent("Z"), ["Y"]),
+        ],
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"^deterministic transfers form a cycle: Y -> Z -> Y$"
+    ):
         validate_tree(root)
 
 
 def test_two_transfers_into_one_agent_are_no_cycle() -> None:
     """A diamond (X -> Y, X -> Z, Y -> Z): Z is reached twice but there is no cycle."""
-    validate_tree(rk.set_sub_agents(ScriptedAgent("R"), [
-        rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y", "Z"]),
-        rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
-        ScriptedAgent("Z"),
-    ]))
+    validate_tree(
+        rk.set_sub_agents(
+            ScriptedAgent("R"),
+            [
+                rk.with_deterministic_transfer(ScriptedAgent("X"), ["Y", "Z"]),
+                rk.with_deterministic_transfer(ScriptedAgent("Y"), ["Z"]),
+                ScriptedAgent("Z"),
+            ],
+        )
+    )
 
 
 def test_an_agent_listed_twice_under_one_parent_is_reported() -> None:

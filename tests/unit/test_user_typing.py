@@ -124,7 +124,7 @@ REVEALED = [
     "str",
 ]
 
-MISUSE = textwrap.dedent('''
+MISUSE = textwrap.dedent("""
     import relaykit as rk
 
     model = rk.ScriptedModel([rk.Message.assistant("hi")])
@@ -143,13 +143,15 @@ MISUSE = textwrap.dedent('''
     rk.Runner(agent, session_service=object())  # WRONG: not in this version
     rk.ModelRequest([rk.Message.user("hi")], tools=["get_weather"])  # WRONG: ToolSpecs
     ctx.derive(flow="root")  # WRONG: a TransferScope
-''')
+""")
 
 
 def _parse(stdout: str) -> dict[str, tuple[list[str], list[str]]]:
     """mypy's (notes, errors) per module, each as ``<line>: <message>``."""
-    found: dict[str, tuple[list[str], list[str]]] = {PROGRAM_MODULE: ([], []),
-                                                      MISUSE_MODULE: ([], [])}
+    found: dict[str, tuple[list[str], list[str]]] = {
+        PROGRAM_MODULE: ([], []),
+        MISUSE_MODULE: ([], []),
+    }
     modules = "|".join(found)
     for line in stdout.splitlines():
         # Any folder: mypy may replay a cached result, with the path of an earlier run.
@@ -161,42 +163,63 @@ def _parse(stdout: str) -> dict[str, tuple[list[str], list[str]]]:
 
 
 @pytest.fixture(scope="module")
-def checked(tmp_path_factory: pytest.TempPathFactory
-            ) -> tuple[Path, dict[str, tuple[list[str], list[str]]]]:
+def checked(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, tuple[list[str], list[str]]]]:
     """The program's folder, and mypy's (notes, errors) for both files."""
     folder = tmp_path_factory.mktemp("user_typing")
     (folder / f"{PROGRAM_MODULE}.py").write_text(PROGRAM, encoding="utf-8")
     (folder / f"{MISUSE_MODULE}.py").write_text(MISUSE, encoding="utf-8")
-    proc = subprocess.run([
-        sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--strict",
-        "--no-error-summary", "--show-error-codes", "--cache-dir", str(ROOT / ".mypy_cache"),
-        str(folder / f"{PROGRAM_MODULE}.py"), str(folder / f"{MISUSE_MODULE}.py")],
-        capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file",
+            str(ROOT / "pyproject.toml"),
+            "--strict",
+            "--no-error-summary",
+            "--show-error-codes",
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(folder / f"{PROGRAM_MODULE}.py"),
+            str(folder / f"{MISUSE_MODULE}.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     # 0: no errors, 1: errors found (the misuse file has some); anything else is a crash.
     assert proc.returncode in (0, 1) and not proc.stderr, proc.stderr
     return folder, _parse(proc.stdout)
 
 
 def test_a_typed_user_program_passes_mypy_strict(
-        checked: tuple[Path, dict[str, tuple[list[str], list[str]]]]) -> None:
+    checked: tuple[Path, dict[str, tuple[list[str], list[str]]]],
+) -> None:
     _, found = checked
     _, errors = found[PROGRAM_MODULE]
     assert errors == []
 
 
 def test_what_the_program_reveals_is_precise_and_free_of_any(
-        checked: tuple[Path, dict[str, tuple[list[str], list[str]]]]) -> None:
+    checked: tuple[Path, dict[str, tuple[list[str], list[str]]]],
+) -> None:
     _, found = checked
     notes, _ = found[PROGRAM_MODULE]
     # Older mypy versions spell builtins with their module.
-    revealed = [n.split("Revealed type is ", 1)[1].strip('"').replace("builtins.", "")
-                for n in notes if "Revealed type is" in n]
+    revealed = [
+        n.split("Revealed type is ", 1)[1].strip('"').replace("builtins.", "")
+        for n in notes
+        if "Revealed type is" in n
+    ]
     assert not [r for r in revealed if "Any" in r]
     assert revealed == REVEALED
 
 
 def test_misusing_the_api_is_a_type_error_on_each_marked_line(
-        checked: tuple[Path, dict[str, tuple[list[str], list[str]]]]) -> None:
+    checked: tuple[Path, dict[str, tuple[list[str], list[str]]]],
+) -> None:
     _, found = checked
     _, errors = found[MISUSE_MODULE]
     wrong = [n for n, text in enumerate(MISUSE.splitlines(), start=1) if "# WRONG" in text]
@@ -204,10 +227,17 @@ def test_misusing_the_api_is_a_type_error_on_each_marked_line(
 
 
 def test_the_typed_program_runs_and_resumes_its_interrupted_tool(
-        checked: tuple[Path, dict[str, tuple[list[str], list[str]]]]) -> None:
+    checked: tuple[Path, dict[str, tuple[list[str], list[str]]]],
+) -> None:
     folder, _ = checked
-    proc = subprocess.run([sys.executable, f"{PROGRAM_MODULE}.py"], cwd=folder,
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, f"{PROGRAM_MODULE}.py"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
-        "['Hello Ana.', 'It is sunny in Paris.', 'paid', 'Paid; it is sunny in Paris.']"]
+        "['Hello Ana.', 'It is sunny in Paris.', 'paid', 'Paid; it is sunny in Paris.']"
+    ]

@@ -14,7 +14,8 @@ connection = context.config.attributes.get("connection")
 if connection is None:
     raise RuntimeError(
         "relaykit's migrations run through relaykit itself (await store.open()), which passes "
-        "the database connection; they are not run from the alembic command line")
+        "the database connection; they are not run from the alembic command line"
+    )
 
 context.configure(connection=connection, target_metadata=None, version_table=VERSION_TABLE)
 with context.begin_transaction():

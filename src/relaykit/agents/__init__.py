@@ -5,5 +5,11 @@ from relaykit.agents.chat import ChatModelAgent
 from relaykit.agents.supervisor import Supervisor
 from relaykit.agents.workflows import LoopAgent, ParallelAgent, SequentialAgent
 
-__all__ = ["AgentTool", "ChatModelAgent", "LoopAgent", "ParallelAgent", "SequentialAgent",
-           "Supervisor"]
+__all__ = [
+    "AgentTool",
+    "ChatModelAgent",
+    "LoopAgent",
+    "ParallelAgent",
+    "SequentialAgent",
+    "Supervisor",
+]

@@ -23,21 +23,30 @@ def transfer_tool_spec(agent_names: Sequence[str]) -> ToolSpec:
     return ToolSpec(
         TRANSFER_TOOL_NAME,
         "Transfer the question to another agent.",
-        {"type": "object",
-         "properties": {"agent_name": {"type": "string",
-                                       "description": "the name of the agent to transfer to",
-                                       "enum": list(agent_names)}},
-         "required": ["agent_name"]},
+        {
+            "type": "object",
+            "properties": {
+                "agent_name": {
+                    "type": "string",
+                    "description": "the name of the agent to transfer to",
+                    "enum": list(agent_names),
+                }
+            },
+            "required": ["agent_name"],
+        },
     )
 
 
 EXIT_TOOL = ToolSpec(
     "exit",
     "Exit the agent process and return the final result.",
-    {"type": "object",
-     "properties": {"final_result": {"type": "string",
-                                     "description": "the final result to return"}},
-     "required": ["final_result"]},
+    {
+        "type": "object",
+        "properties": {
+            "final_result": {"type": "string", "description": "the final result to return"}
+        },
+        "required": ["final_result"],
+    },
 )
 
 _TRANSFER_TEMPLATE = (
@@ -58,8 +67,10 @@ def transfer_instruction(targets: Sequence[tuple[str, str]]) -> str:
     >>> print(transfer_instruction([("billing", "answers invoices")]).splitlines()[1])
     - Agent name: billing
     """
-    listing = "".join(f"\n- Agent name: {name}\n  Agent description: {description}"
-                      for name, description in targets)
+    listing = "".join(
+        f"\n- Agent name: {name}\n  Agent description: {description}"
+        for name, description in targets
+    )
     return _TRANSFER_TEMPLATE.format(agents=listing)
 
 
@@ -95,6 +106,7 @@ def fill_instruction(template: str, values: Mapping[str, object], agent_name: st
             return ""
         raise MissingPlaceholderError(
             f"instruction of agent {agent_name!r} uses {{{key}}} but the session has no value "
-            f"{key!r}; set it, or write {{{key}?}} to make it optional")
+            f"{key!r}; set it, or write {{{key}?}} to make it optional"
+        )
 
     return _PLACEHOLDER.sub(repl, template)

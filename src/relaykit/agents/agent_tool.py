@@ -76,13 +76,18 @@ class AgentTool:
             the arguments as JSON text. By default the tool takes one string, ``request``.
     """
 
-    def __init__(self, agent: Agent, full_chat_history_as_input: bool = False,
-                 input_schema: dict[str, object] | None = None) -> None:
+    def __init__(
+        self,
+        agent: Agent,
+        full_chat_history_as_input: bool = False,
+        input_schema: dict[str, object] | None = None,
+    ) -> None:
         if not agent.name:
             raise ConfigurationError("agent tool requires an agent with a non-empty name")
         if not agent.description:
             raise ConfigurationError(
-                f"agent tool requires a non-empty description (agent {agent.name!r})")
+                f"agent tool requires a non-empty description (agent {agent.name!r})"
+            )
         #: The inner agent.
         self.agent = agent
         #: Whether the inner agent receives the caller's conversation.
@@ -90,8 +95,11 @@ class AgentTool:
         #: The arguments' JSON schema, when not the default ``{"request": string}``.
         self.input_schema = input_schema
         self._flow: FlowAgent = agent if isinstance(agent, FlowAgent) else as_flow_agent(agent)
-        self._spec = ToolSpec(agent.name, agent.description,
-                              input_schema if input_schema is not None else _DEFAULT_PARAMETERS)
+        self._spec = ToolSpec(
+            agent.name,
+            agent.description,
+            input_schema if input_schema is not None else _DEFAULT_PARAMETERS,
+        )
 
     @property
     def name(self) -> str:
@@ -138,32 +146,49 @@ class AgentTool:
             raise MaxTransfersError(
                 f"agent tool '{self.agent.name}': agents called as tools are nested deeper than "
                 f"{MAX_AGENT_TOOL_DEPTH} levels (an agent that keeps calling itself or its "
-                "caller as a tool?)")
+                "caller as a tool?)"
+            )
         streaming = outer.root_input.enable_streaming if outer.root_input else False
         state = ctx.interrupt_state if ctx.was_interrupted else None
         if isinstance(state, AgentToolState):
             cp = state.checkpoint
             # The inner run's interrupt points are in the outer checkpoint's tree, below this
             # call's own point (they are not saved twice: see _consume).
-            below = (outer.resume_state.interrupt_below(outer.address)
-                     if outer.resume_state is not None else None)
-            interrupted = InterruptInfo(cp.interrupt_data,
-                                        below.contexts if below is not None else [], None,
-                                        dict(cp.pending_chains))
-            inner = RunContext(address=outer.address, history=cp.history(outer.history.values),
-                               root_input=cp.root_input, options=outer.options,
-                               resume_state=outer.resume_state)
+            below = (
+                outer.resume_state.interrupt_below(outer.address)
+                if outer.resume_state is not None
+                else None
+            )
+            interrupted = InterruptInfo(
+                cp.interrupt_data,
+                below.contexts if below is not None else [],
+                None,
+                dict(cp.pending_chains),
+            )
+            inner = RunContext(
+                address=outer.address,
+                history=cp.history(outer.history.values),
+                root_input=cp.root_input,
+                options=outer.options,
+                resume_state=outer.resume_state,
+            )
             if outer.resume_state is not None:
                 outer.resume_state.pending_chains.update(interrupted.pending_chains)
             gen = self._flow.resume(inner, cp.resume_info(interrupted))
         elif ctx.was_interrupted:
-            raise ToolError(f"agent tool '{self.agent.name}' was interrupted, but its "
-                            "interrupt state is missing")
+            raise ToolError(
+                f"agent tool '{self.agent.name}' was interrupted, but its "
+                "interrupt state is missing"
+            )
         else:
             root_input = AgentInput(self._input(ctx, arguments), streaming)
-            inner = RunContext(address=outer.address, history=RunHistory(outer.history.values),
-                               root_input=root_input, options=outer.options,
-                               resume_state=outer.resume_state)
+            inner = RunContext(
+                address=outer.address,
+                history=RunHistory(outer.history.values),
+                root_input=root_input,
+                options=outer.options,
+                resume_state=outer.resume_state,
+            )
             gen = self._flow.run(inner, root_input)
         return await self._consume(inner, gen)
 
@@ -184,10 +209,14 @@ class AgentTool:
                         # tree through ``sub_interrupts``; the saved state keeps the rest of
                         # the inner run. Saving the points here too would nest every deeper
                         # agent tool's state twice per level: exponential in the depth.
-                        checkpoint = dataclasses.replace(Checkpoint.of(inner, interrupted),
-                                                         points=[])
-                        raise ToolInterrupt("agent tool interrupt", AgentToolState(checkpoint),
-                                            sub_interrupts=(interrupted,))
+                        checkpoint = dataclasses.replace(
+                            Checkpoint.of(inner, interrupted), points=[]
+                        )
+                        raise ToolInterrupt(
+                            "agent tool interrupt",
+                            AgentToolState(checkpoint),
+                            sub_interrupts=(interrupted,),
+                        )
         except Exception:
             raise  # errors and interrupts as they are
         except BaseException as exc:

@@ -150,8 +150,10 @@ class _TransferTool:
     def accepts(self, call: ToolCall) -> bool:
         """True when ``call`` names a valid target (checked before a batch runs)."""
         arguments = _parse_arguments(call)
-        return (not isinstance(arguments, ToolCallResult)
-                and arguments.get("agent_name") in self._targets)
+        return (
+            not isinstance(arguments, ToolCallResult)
+            and arguments.get("agent_name") in self._targets
+        )
 
 
 class _ExitTool:
@@ -271,15 +273,15 @@ def _parse_arguments(call: ToolCall) -> dict[str, object] | ToolCallResult:
     if not isinstance(arguments, dict):
         return _error_result(call, f"arguments of tool '{call.name}' must be a JSON object")
     # Nesting cannot exceed the number of opening brackets: usual arguments are never walked.
-    if (text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH
-            and _deeper_than(arguments, MAX_ARGUMENT_DEPTH)):
+    if text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH and _deeper_than(
+        arguments, MAX_ARGUMENT_DEPTH
+    ):
         return _error_result(call, _too_deep(call))
     return arguments
 
 
 def _too_deep(call: ToolCall) -> str:
-    return (f"arguments of tool '{call.name}' are nested deeper than {MAX_ARGUMENT_DEPTH} "
-            "levels")
+    return f"arguments of tool '{call.name}' are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
 
 
 def _deeper_than(value: Any, limit: int) -> bool:
@@ -312,8 +314,9 @@ def _result_text(call: ToolCall, result: object) -> str:
             return json.dumps(value, allow_nan=False, ensure_ascii=False)
         except (ValueError, TypeError, RecursionError) as exc:  # NaN and infinities, mostly
             what = _non_finite(value) or str(exc) or type(exc).__name__
-    raise SerializationError(f"tool '{call.name}' returned a value that cannot be sent to the "
-                             f"model as JSON: {what}")
+    raise SerializationError(
+        f"tool '{call.name}' returned a value that cannot be sent to the model as JSON: {what}"
+    )
 
 
 class _NotJSONable(Exception):
@@ -398,11 +401,18 @@ class ChatModelAgent:
             final result.
     """
 
-    def __init__(self, name: str, description: str = "", instruction: str = "",
-                 model: ChatModel | None = None, tools: Sequence[Tool] = (),
-                 max_iterations: int = 20,
-                 output_key: str | None = None, return_directly: Sequence[str] = (),
-                 exit_tool: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        instruction: str = "",
+        model: ChatModel | None = None,
+        tools: Sequence[Tool] = (),
+        max_iterations: int = 20,
+        output_key: str | None = None,
+        return_directly: Sequence[str] = (),
+        exit_tool: bool = False,
+    ) -> None:
         if not name:
             raise ConfigurationError("ChatModelAgent needs a non-empty name")
         if model is None:
@@ -439,8 +449,9 @@ class ChatModelAgent:
         names = [t.spec.name for t in checked]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
-            raise ConfigurationError(f"ChatModelAgent {self.name!r}: duplicate tool names "
-                                     f"{sorted(duplicates)}")
+            raise ConfigurationError(
+                f"ChatModelAgent {self.name!r}: duplicate tool names {sorted(duplicates)}"
+            )
         for t in checked:
             # D24: the agent adds its built-ins by name; a user tool of that name would be
             # silently replaced (or would shadow the built-in) -- refuse it instead.
@@ -449,7 +460,8 @@ class ChatModelAgent:
                     f"ChatModelAgent {self.name!r}: tool {t.spec.name!r} ({t!r}) uses a name "
                     f"reserved for relaykit's built-in tools "
                     f"({', '.join(sorted(RESERVED_TOOL_NAMES))}); rename the tool (for the "
-                    "built-in exit tool, pass exit_tool=True)")
+                    "built-in exit tool, pass exit_tool=True)"
+                )
         self._tools = checked
         self._prepared = {}  # built again from the new tools
 
@@ -477,8 +489,9 @@ class ChatModelAgent:
             if self.exit_tool:
                 tools[EXIT_TOOL.name] = _EXIT
                 rd.add(EXIT_TOOL.name)
-            prepared = _Prepared(instruction, tools, [t.spec for t in tools.values()],
-                                 frozenset(rd))
+            prepared = _Prepared(
+                instruction, tools, [t.spec for t in tools.values()], frozenset(rd)
+            )
             self._prepared[targets] = prepared
         return prepared
 
@@ -492,11 +505,10 @@ class ChatModelAgent:
             raise ConfigurationError(exc.args[0]) from None
         if filled is base:
             return Message("system", prepared.instruction)
-        return Message("system", filled + prepared.instruction[len(base):])
+        return Message("system", filled + prepared.instruction[len(base) :])
 
     # -- run / resume ----------------------------------------------------------------------
-    def run(self, ctx: RunContext, input: AgentInput,
-            **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
         """Run the tool loop on ``input.messages`` (with the instruction as system message).
 
         Args:
@@ -506,8 +518,9 @@ class ChatModelAgent:
         """
         return self._loop(ctx, input, self.max_iterations, bool(input.enable_streaming), None)
 
-    def resume(self, ctx: RunContext, info: ResumeInfo,
-               **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self, ctx: RunContext, info: ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         """Continue the tool batch that was interrupted; finished calls are not run again.
 
         Args:
@@ -520,23 +533,34 @@ class ChatModelAgent:
         if not isinstance(state, ChatModelAgentState):
             raise ConfigurationError(
                 f"ChatModelAgent {self.name!r} was asked to resume with an invalid interrupt "
-                f"state of type {type(state).__name__}")
+                f"state of type {type(state).__name__}"
+            )
         ids = [call.id for call in state.calls]
         known = set(ids)
-        if (len(known) != len(ids) or not state.pending or not set(state.pending) <= known
-                or not set(state.results) <= known
-                or any(i not in state.pending and i not in state.results for i in ids)
-                or state.return_directly_call not in (None, *ids)):
+        if (
+            len(known) != len(ids)
+            or not state.pending
+            or not set(state.pending) <= known
+            or not set(state.results) <= known
+            or any(i not in state.pending and i not in state.results for i in ids)
+            or state.return_directly_call not in (None, *ids)
+        ):
             # A stored state whose calls, results and pending calls do not match (a corrupt
             # or hand-edited checkpoint): refuse it rather than fail half-way through.
             raise ConfigurationError(
                 f"ChatModelAgent {self.name!r} was asked to resume with an inconsistent "
-                "interrupt state (its tool calls, results and pending calls do not match)")
+                "interrupt state (its tool calls, results and pending calls do not match)"
+            )
         return self._loop(ctx, None, state.remaining_iterations, info.enable_streaming, state)
 
-    async def _loop(self, ctx: RunContext, input: AgentInput | None, remaining: int,
-                    streaming: bool,
-                    paused: ChatModelAgentState | None) -> AsyncIterator[AgentEvent]:
+    async def _loop(
+        self,
+        ctx: RunContext,
+        input: AgentInput | None,
+        remaining: int,
+        streaming: bool,
+        paused: ChatModelAgentState | None,
+    ) -> AsyncIterator[AgentEvent]:
         prepared = self._prepare(ctx)
         if paused is not None:
             messages = paused.messages
@@ -553,7 +577,8 @@ class ChatModelAgent:
                 if remaining <= 0:
                     raise MaxIterationsError(
                         f"agent {self.name!r} exceeded max_iterations={self.max_iterations} "
-                        "model calls without a final answer")
+                        "model calls without a final answer"
+                    )
                 remaining -= 1
                 # The live list: a model must copy what it keeps beyond the call.
                 request = ModelRequest(messages, prepared.specs)
@@ -576,8 +601,9 @@ class ChatModelAgent:
                 if not reply.tool_calls:
                     self._save_output(ctx, reply.content)
                     return
-                state = ChatModelAgentState(messages, list(reply.tool_calls),
-                                            remaining_iterations=remaining)
+                state = ChatModelAgentState(
+                    messages, list(reply.tool_calls), remaining_iterations=remaining
+                )
                 for call in reversed(reply.tool_calls):
                     if call.name in prepared.return_directly:
                         state.return_directly_call = call.id
@@ -620,9 +646,11 @@ class ChatModelAgent:
             remaining = state.remaining_iterations
 
     @staticmethod
-    def _refuse_partial_transfers(prepared: _Prepared, state: ChatModelAgentState,
-                                  todo: list[tuple[ToolCall, ResumeInfo | None]]
-                                  ) -> list[AgentEvent]:
+    def _refuse_partial_transfers(
+        prepared: _Prepared,
+        state: ChatModelAgentState,
+        todo: list[tuple[ToolCall, ResumeInfo | None]],
+    ) -> list[AgentEvent]:
         """Several transfer calls in one response form a chain (D3); if any names an agent
         that cannot be reached (D22), none transfers: the valid ones are answered with an
         error too (removed from ``todo``) and the model is called again to choose anew."""
@@ -637,9 +665,12 @@ class ChatModelAgent:
         events = []
         for call in calls:
             if call.id in refused:
-                result = _error_result(call, "not transferred: another transfer_to_agent call "
-                                             "in this response names an agent that cannot be "
-                                             "reached; call it again with valid agents only")
+                result = _error_result(
+                    call,
+                    "not transferred: another transfer_to_agent call "
+                    "in this response names an agent that cannot be "
+                    "reached; call it again with valid agents only",
+                )
                 state.results[call.id] = result
                 if call.id != state.return_directly_call:  # that one is delivered last
                     events.append(_result_event(result))
@@ -650,9 +681,13 @@ class ChatModelAgent:
             ctx.set_session_value(self.output_key, text)
 
     # -- tools -----------------------------------------------------------------------------
-    async def _batch(self, ctx: RunContext, prepared: _Prepared, state: ChatModelAgentState,
-                     todo: list[tuple[ToolCall, ResumeInfo | None]]
-                     ) -> AsyncIterator[AgentEvent]:
+    async def _batch(
+        self,
+        ctx: RunContext,
+        prepared: _Prepared,
+        state: ChatModelAgentState,
+        todo: list[tuple[ToolCall, ResumeInfo | None]],
+    ) -> AsyncIterator[AgentEvent]:
         """Run the calls of one batch (concurrently); yield each result as it finishes.
 
         A failing call ends the batch with its error; the calls still running are cancelled
@@ -667,8 +702,9 @@ class ChatModelAgent:
             if ev is not None and call.id != rd:
                 yield ev
             return
-        tasks = {asyncio.ensure_future(self._invoke(ctx, prepared, c, r, history)): c
-                 for c, r in todo}
+        tasks = {
+            asyncio.ensure_future(self._invoke(ctx, prepared, c, r, history)): c for c, r in todo
+        }
         try:
             waiting = set(tasks)
             while waiting:
@@ -678,8 +714,9 @@ class ChatModelAgent:
                     if task.cancelled():
                         # Only this batch cancels its tasks, and not before it ends: the tool
                         # cancelled its own task. That ends the tool, not the whole run.
-                        raise RelayKitError(f"tool '{call.name}' ended with CancelledError "
-                                            "(its task was cancelled)")
+                        raise RelayKitError(
+                            f"tool '{call.name}' ended with CancelledError (its task was cancelled)"
+                        )
                     ev = self._settle(state, call, task.result())
                     if ev is not None and call.id != rd:
                         yield ev
@@ -690,8 +727,9 @@ class ChatModelAgent:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     @staticmethod
-    def _settle(state: ChatModelAgentState, call: ToolCall,
-                outcome: ToolCallResult | PendingToolCall) -> AgentEvent | None:
+    def _settle(
+        state: ChatModelAgentState, call: ToolCall, outcome: ToolCallResult | PendingToolCall
+    ) -> AgentEvent | None:
         if isinstance(outcome, PendingToolCall):
             state.pending[call.id] = outcome
             return None
@@ -699,14 +737,18 @@ class ChatModelAgent:
         state.results[call.id] = outcome
         return _result_event(outcome)
 
-    async def _invoke(self, ctx: RunContext, prepared: _Prepared, call: ToolCall,
-                      resume: ResumeInfo | None,
-                      history: list[Message]) -> ToolCallResult | PendingToolCall:
+    async def _invoke(
+        self,
+        ctx: RunContext,
+        prepared: _Prepared,
+        call: ToolCall,
+        resume: ResumeInfo | None,
+        history: list[Message],
+    ) -> ToolCallResult | PendingToolCall:
         tool = prepared.tools.get(call.name)
         if tool is None:
             available = ", ".join(sorted(prepared.tools)) or "none"
-            return _error_result(call, f"unknown tool '{call.name}'; "
-                                       f"available tools: {available}")
+            return _error_result(call, f"unknown tool '{call.name}'; available tools: {available}")
         # Parsed here for every kind of tool (function, agent, MCP, custom): D15 applies to all.
         arguments = _parse_arguments(call)
         if isinstance(arguments, ToolCallResult):
@@ -726,13 +768,22 @@ class ChatModelAgent:
             else:
                 result = await tool.call(tctx, arguments)
                 if long_running:
-                    raise ToolInterrupt({"tool": call.name, "tool_call_id": call.id,
-                                         "arguments": arguments, "started": result})
+                    raise ToolInterrupt(
+                        {
+                            "tool": call.name,
+                            "tool_call_id": call.id,
+                            "arguments": arguments,
+                            "started": result,
+                        }
+                    )
         except ToolError as exc:
             return ToolCallResult(_tool_message(call, f"error: {exc}"), tctx.action, True)
         except ToolInterrupt as ti:
-            ev = (composite_interrupt(run_ctx, ti.info, ti.state, *ti.sub_interrupts)
-                  if ti.sub_interrupts else stateful_interrupt(run_ctx, ti.info, ti.state))
+            ev = (
+                composite_interrupt(run_ctx, ti.info, ti.state, *ti.sub_interrupts)
+                if ti.sub_interrupts
+                else stateful_interrupt(run_ctx, ti.info, ti.state)
+            )
             return PendingToolCall(ti.info, ti.state, _point_of(ev))
         except Exception as exc:  # the tool failed: the agent's error event (D9, FA-13)
             _name_tool(exc, call)
@@ -746,8 +797,9 @@ class ChatModelAgent:
             raise ended_with(exc, f"tool '{call.name}'") from exc
         return ToolCallResult(_tool_message(call, _result_text(call, result)), tctx.action)
 
-    def _reinterrupt(self, ctx: RunContext, call: ToolCall,
-                     pending: PendingToolCall) -> InterruptContext:
+    def _reinterrupt(
+        self, ctx: RunContext, call: ToolCall, pending: PendingToolCall
+    ) -> InterruptContext:
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
         return _point_of(stateful_interrupt(run_ctx, pending.info, pending.state))
 

@@ -16,8 +16,14 @@ from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
 from relaykit.interrupts import AddressSegment, ResumeInfo, composite_interrupt, interrupt_of
 
-__all__ = ["LoopAgent", "LoopState", "ParallelAgent", "ParallelState", "SequentialAgent",
-           "SequentialState"]
+__all__ = [
+    "LoopAgent",
+    "LoopState",
+    "ParallelAgent",
+    "ParallelState",
+    "SequentialAgent",
+    "SequentialState",
+]
 
 Mode = Literal["sequential", "parallel", "loop"]
 """How a workflow runs its sub-agents."""
@@ -70,8 +76,11 @@ def _child_resume(ctx: RunContext, sub: FlowAgent, info: ResumeInfo) -> ResumeIn
     """The ResumeInfo a resumed child receives: its own interrupt's info, not the
     workflow's (as Eino's workflows hand each child its own interrupt info)."""
     state = ctx.resume_state
-    own = (state.interrupt_below((*ctx.address, AddressSegment("agent", sub.name)))
-           if state is not None else None)
+    own = (
+        state.interrupt_below((*ctx.address, AddressSegment("agent", sub.name)))
+        if state is not None
+        else None
+    )
     return ResumeInfo(info.enable_streaming, own if own is not None else info.interrupt_info)
 
 
@@ -85,14 +94,14 @@ class _Workflow:
         self.max_iterations = max_iterations
         self.sub_agents: list[FlowAgent] = []
 
-    def run(self, ctx: RunContext, input: AgentInput,
-            **options: Any) -> AsyncIterator[AgentEvent]:
+    def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
         if self.mode == "parallel":
             return self._parallel(ctx, None, options)
         return self._sequence(ctx, 0, 0, None, options)  # sequential or loop
 
-    def resume(self, ctx: RunContext, info: ResumeInfo,
-               **options: Any) -> AsyncIterator[AgentEvent]:
+    def resume(
+        self, ctx: RunContext, info: ResumeInfo, **options: Any
+    ) -> AsyncIterator[AgentEvent]:
         state = info.interrupt_state
         if isinstance(state, SequentialState) and self.mode == "sequential":
             return self._sequence(ctx, 0, state.index, info, options)
@@ -100,13 +109,21 @@ class _Workflow:
             return self._sequence(ctx, state.iteration, state.index, info, options)
         if isinstance(state, ParallelState) and self.mode == "parallel":
             return self._parallel(ctx, (state, info), options)
-        return _error(ConfigurationError(
-            f"workflow {self.name!r} ({self.mode}) cannot resume from an interrupt state of "
-            f"type {type(state).__name__}"))
+        return _error(
+            ConfigurationError(
+                f"workflow {self.name!r} ({self.mode}) cannot resume from an interrupt state of "
+                f"type {type(state).__name__}"
+            )
+        )
 
-    async def _sequence(self, ctx: RunContext, start_iter: int, start_index: int,
-                        resume: ResumeInfo | None,
-                        options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+    async def _sequence(
+        self,
+        ctx: RunContext,
+        start_iter: int,
+        start_index: int,
+        resume: ResumeInfo | None,
+        options: dict[str, Any],
+    ) -> AsyncIterator[AgentEvent]:
         loop = self.mode == "loop"
         subs = self.sub_agents
         iteration = start_iter
@@ -146,16 +163,19 @@ class _Workflow:
                     # cancellation and our own generator being closed propagate.
                     if must_propagate(exc) or _thrown_into_us(exc):
                         raise
-                    yield AgentEvent(sub.name, ctx.run_path,
-                                     error=ended_with(exc, f"agent '{sub.name}'"))
+                    yield AgentEvent(
+                        sub.name, ctx.run_path, error=ended_with(exc, f"agent '{sub.name}'")
+                    )
                     return
                 if last is not None and last.action is not None:
                     if interrupt_of(last) is not None:
                         state: LoopState | SequentialState = (
-                            LoopState(iteration, index) if loop else SequentialState(index))
+                            LoopState(iteration, index) if loop else SequentialState(index)
+                        )
                         label = "Loop" if loop else "Sequential"
-                        event = composite_interrupt(ctx, f"{label} workflow interrupted", state,
-                                                    last)
+                        event = composite_interrupt(
+                            ctx, f"{label} workflow interrupted", state, last
+                        )
                         # Reported as the interrupted child's event (as Eino does).
                         event.agent_name, event.run_path = last.agent_name, last.run_path
                         yield event
@@ -170,8 +190,12 @@ class _Workflow:
             index = 0
             iteration += 1
 
-    async def _parallel(self, ctx: RunContext, resume: tuple[ParallelState, ResumeInfo] | None,
-                        options: dict[str, Any]) -> AsyncIterator[AgentEvent]:
+    async def _parallel(
+        self,
+        ctx: RunContext,
+        resume: tuple[ParallelState, ResumeInfo] | None,
+        options: dict[str, Any],
+    ) -> AsyncIterator[AgentEvent]:
         subs = self.sub_agents
         if not subs:
             return
@@ -244,15 +268,22 @@ class _Workflow:
             # The siblings were cancelled: there is nothing consistent to resume, so the run
             # ends with this error (no composite interrupt, no joined history).
             name = subs[i].name
-            yield AgentEvent(name, ctx.run_path,
-                             error=ended_with(exc, f"parallel branch '{name}'"))
+            yield AgentEvent(name, ctx.run_path, error=ended_with(exc, f"parallel branch '{name}'"))
             return
         if interrupts:
-            state = ParallelState({sub.name: [r.event for r in lane.events]
-                                   for sub, lane in zip(subs, lanes, strict=True)},
-                                  [subs[i].name for i in sorted(interrupts)])
-            yield composite_interrupt(ctx, "Parallel workflow interrupted", state,
-                                      *(interrupts[i] for i in sorted(interrupts)))
+            state = ParallelState(
+                {
+                    sub.name: [r.event for r in lane.events]
+                    for sub, lane in zip(subs, lanes, strict=True)
+                },
+                [subs[i].name for i in sorted(interrupts)],
+            )
+            yield composite_interrupt(
+                ctx,
+                "Parallel workflow interrupted",
+                state,
+                *(interrupts[i] for i in sorted(interrupts)),
+            )
             return
         joined = sorted((r for lane in lanes for r in lane.events), key=lambda r: r.seq)
         ctx.history.events.extend(joined)
@@ -289,8 +320,14 @@ class _WorkflowAgent(FlowAgent):
     #: How the workflow runs its sub-agents (set by each subclass).
     mode: Mode = "sequential"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], *, description: str = "",
-                 max_iterations: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        sub_agents: Sequence[Agent],
+        *,
+        description: str = "",
+        max_iterations: int = 0,
+    ) -> None:
         """Build the workflow and make ``sub_agents`` its children.
 
         Args:
@@ -304,15 +341,16 @@ class _WorkflowAgent(FlowAgent):
             raise ConfigurationError(f"{type(self).__name__} needs a non-empty name")
         if not isinstance(max_iterations, int) or max_iterations < 0:
             raise ConfigurationError(
-                f"{type(self).__name__} {name!r}: max_iterations must be an int >= 0")
+                f"{type(self).__name__} {name!r}: max_iterations must be an int >= 0"
+            )
         workflow = _Workflow(name, description, self.mode, max_iterations)
         super().__init__(workflow)
         subs = [as_flow_agent(s, disallow_transfer_to_parent=True) for s in sub_agents]
         for sub in subs:
             if sub.parent is not None:
                 raise ConfigurationError(
-                    f"agent {sub.name!r} has already been set as a sub-agent of "
-                    f"{sub.parent.name!r}")
+                    f"agent {sub.name!r} has already been set as a sub-agent of {sub.parent.name!r}"
+                )
         for sub in subs:
             sub.parent = self
         self.sub_agents = subs
@@ -340,8 +378,7 @@ class SequentialAgent(_WorkflowAgent):
 
     mode: Mode = "sequential"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], *,
-                 description: str = "") -> None:
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *, description: str = "") -> None:
         """Build the workflow and make ``sub_agents`` its children.
 
         Args:
@@ -376,8 +413,7 @@ class ParallelAgent(_WorkflowAgent):
 
     mode: Mode = "parallel"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], *,
-                 description: str = "") -> None:
+    def __init__(self, name: str, sub_agents: Sequence[Agent], *, description: str = "") -> None:
         """Build the workflow and make ``sub_agents`` its children.
 
         Args:
@@ -406,8 +442,14 @@ class LoopAgent(_WorkflowAgent):
 
     mode: Mode = "loop"
 
-    def __init__(self, name: str, sub_agents: Sequence[Agent], *, max_iterations: int = 0,
-                 description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        sub_agents: Sequence[Agent],
+        *,
+        max_iterations: int = 0,
+        description: str = "",
+    ) -> None:
         """Build the workflow and make ``sub_agents`` its children.
 
         Args:
@@ -418,5 +460,4 @@ class LoopAgent(_WorkflowAgent):
                 the loop. Must be an int >= 0 (``ConfigurationError`` otherwise).
             description: what the workflow does (a parent LLM agent reads it).
         """
-        super().__init__(name, sub_agents, description=description,
-                         max_iterations=max_iterations)
+        super().__init__(name, sub_agents, description=description, max_iterations=max_iterations)

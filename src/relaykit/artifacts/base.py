@@ -91,12 +91,13 @@ def validate_artifact_name(name: object) -> str:
         raise ArtifactNameError(f"an artifact name must be a str, not {type(name).__name__}")
     problem = _component_problem(name)
     if problem is None and name.startswith(USER_PREFIX):
-        rest = _component_problem(name[len(USER_PREFIX):])
+        rest = _component_problem(name[len(USER_PREFIX) :])
         problem = None if rest is None else f"{rest} after its {USER_PREFIX!r} prefix"
     if problem is not None:
         raise ArtifactNameError(
             f"artifact name {_shown(name)} {problem}; use a plain file name such as "
-            "'report.pdf' (or 'user:report.pdf' to share it with all of the user's sessions)")
+            "'report.pdf' (or 'user:report.pdf' to share it with all of the user's sessions)"
+        )
     return name
 
 
@@ -112,19 +113,21 @@ def validate_artifact_scope(app_name: object, user_id: object, session_id: objec
     ...
     relaykit.errors.ArtifactNameError: user id '..' starts with '.' ...
     """
-    for kind, value in (("app name", app_name), ("user id", user_id),
-                        ("session id", session_id)):
+    for kind, value in (("app name", app_name), ("user id", user_id), ("session id", session_id)):
         if not isinstance(value, str):
-            raise ArtifactNameError(f"an artifact's {kind} must be a str, "
-                                    f"not {type(value).__name__}")
+            raise ArtifactNameError(
+                f"an artifact's {kind} must be a str, not {type(value).__name__}"
+            )
         problem = _component_problem(value)
         if problem is not None:
-            raise ArtifactNameError(f"{kind} {_shown(value)} {problem}; artifacts need ids "
-                                    "that can be folder names")
+            raise ArtifactNameError(
+                f"{kind} {_shown(value)} {problem}; artifacts need ids that can be folder names"
+            )
     if session_id == RESERVED_SESSION_ID:
         raise ArtifactNameError(
             f"session id {RESERVED_SESSION_ID!r} is reserved by the artifact stores: it is where "
-            f"the user's shared {USER_PREFIX!r} artifacts are kept; use another session id")
+            f"the user's shared {USER_PREFIX!r} artifacts are kept; use another session id"
+        )
 
 
 def is_user_artifact(name: str) -> bool:
@@ -144,8 +147,10 @@ def describe_artifact(app_name: str, user_id: str, session_id: str, name: str) -
     """
     if is_user_artifact(name):
         return f"artifact {_shown(name)} of user {_shown(user_id)} (app {_shown(app_name)})"
-    return (f"artifact {_shown(name)} of session {_shown(session_id)} "
-            f"(user {_shown(user_id)}, app {_shown(app_name)})")
+    return (
+        f"artifact {_shown(name)} of session {_shown(session_id)} "
+        f"(user {_shown(user_id)}, app {_shown(app_name)})"
+    )
 
 
 def check_version(version: object) -> int | None:
@@ -157,8 +162,7 @@ def check_version(version: object) -> int | None:
     if version is None:
         return None
     if not isinstance(version, int) or isinstance(version, bool):
-        raise TypeError(f"an artifact version must be an int or None, "
-                        f"not {type(version).__name__}")
+        raise TypeError(f"an artifact version must be an int or None, not {type(version).__name__}")
     if version < 0:
         raise ValueError(f"artifact versions count from 0 (got {version})")
     return version
@@ -175,11 +179,11 @@ def check_blob(blob: object) -> Blob:
     if not isinstance(blob, Blob):
         raise TypeError(f"an artifact must be a relaykit.Blob, not {type(blob).__name__}")
     if not isinstance(blob.mime_type, str):
-        raise TypeError(f"an artifact's mime_type must be a str, "
-                        f"not {type(blob.mime_type).__name__}")
+        raise TypeError(
+            f"an artifact's mime_type must be a str, not {type(blob.mime_type).__name__}"
+        )
     if blob.name is not None and not isinstance(blob.name, str):
-        raise TypeError(f"an artifact's name must be a str or None, "
-                        f"not {type(blob.name).__name__}")
+        raise TypeError(f"an artifact's name must be a str or None, not {type(blob.name).__name__}")
     data: object = blob.data
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"an artifact's data must be bytes, not {type(data).__name__}")
@@ -207,13 +211,15 @@ class ArtifactService(Protocol):
     True
     """
 
-    async def save(self, app_name: str, user_id: str, session_id: str, name: str,
-                   blob: Blob) -> int:
+    async def save(
+        self, app_name: str, user_id: str, session_id: str, name: str, blob: Blob
+    ) -> int:
         """Store ``blob`` as the next version of ``name`` and return that version."""
         ...
 
-    async def load(self, app_name: str, user_id: str, session_id: str, name: str,
-                   version: int | None = None) -> Blob | None:
+    async def load(
+        self, app_name: str, user_id: str, session_id: str, name: str, version: int | None = None
+    ) -> Blob | None:
         """Version ``version`` of ``name`` (the latest when ``None``), or ``None``."""
         ...
 
@@ -221,8 +227,9 @@ class ArtifactService(Protocol):
         """The session's artifact names and the user's ``user:`` names, sorted."""
         ...
 
-    async def list_versions(self, app_name: str, user_id: str, session_id: str,
-                            name: str) -> list[int]:
+    async def list_versions(
+        self, app_name: str, user_id: str, session_id: str, name: str
+    ) -> list[int]:
         """The versions of ``name``, ascending (empty when there is none)."""
         ...
 

@@ -116,8 +116,11 @@ def _entries(folder: Path) -> list[str]:
 
 def _committed_versions(folder: Path) -> list[int]:
     """The versions in a name's folder that have their sidecar (the others are not done)."""
-    return sorted(int(entry[:-5]) for entry in _entries(folder)
-                  if entry.endswith(".json") and _VERSION.fullmatch(entry[:-5]))
+    return sorted(
+        int(entry[:-5])
+        for entry in _entries(folder)
+        if entry.endswith(".json") and _VERSION.fullmatch(entry[:-5])
+    )
 
 
 class FileArtifactService:
@@ -159,11 +162,13 @@ class FileArtifactService:
         if os.path.commonpath([root, real]) != root:
             raise ArtifactStoreError(
                 f"refusing to {operation} {what}: a symbolic link on its path leads outside "
-                f"the artifact store's root {str(self.root)!r}; remove the link")
+                f"the artifact store's root {str(self.root)!r}; remove the link"
+            )
 
     # -- save ----------------------------------------------------------------------------------
-    async def save(self, app_name: str, user_id: str, session_id: str, name: str,
-                   blob: Blob) -> int:
+    async def save(
+        self, app_name: str, user_id: str, session_id: str, name: str, blob: Blob
+    ) -> int:
         """Store ``blob`` as the next version of ``name``; returns that version."""
         validate_artifact_scope(app_name, user_id, session_id)
         validate_artifact_name(name)
@@ -175,8 +180,14 @@ class FileArtifactService:
         folder = self._scope_folder(app_name, user_id, session_id, name) / name
         # Checked before the folders are made, so no folder is created outside the root.
         self._require_inside(folder, what, "save")
-        sidecar = json.dumps({"format": _SIDECAR_FORMAT, "mime_type": blob.mime_type,
-                              "name": blob.name, "size": len(blob.data)}).encode("ascii")
+        sidecar = json.dumps(
+            {
+                "format": _SIDECAR_FORMAT,
+                "mime_type": blob.mime_type,
+                "name": blob.name,
+                "size": len(blob.data),
+            }
+        ).encode("ascii")
         with _storage_errors("save", what):
             for attempt in range(_SAVE_ATTEMPTS):
                 try:
@@ -211,8 +222,9 @@ class FileArtifactService:
                     os.unlink(leftover)
 
     # -- load ----------------------------------------------------------------------------------
-    async def load(self, app_name: str, user_id: str, session_id: str, name: str,
-                   version: int | None = None) -> Blob | None:
+    async def load(
+        self, app_name: str, user_id: str, session_id: str, name: str, version: int | None = None
+    ) -> Blob | None:
         """Version ``version`` of ``name`` (the latest when ``None``), or ``None``.
 
         ``ArtifactStoreError`` if the version's sidecar is corrupt or its bytes do not match
@@ -223,8 +235,9 @@ class FileArtifactService:
         wanted = check_version(version)
         return await asyncio.to_thread(self._load, app_name, user_id, session_id, name, wanted)
 
-    def _load(self, app_name: str, user_id: str, session_id: str, name: str,
-              version: int | None) -> Blob | None:
+    def _load(
+        self, app_name: str, user_id: str, session_id: str, name: str, version: int | None
+    ) -> Blob | None:
         what = describe_artifact(app_name, user_id, session_id, name)
         folder = self._scope_folder(app_name, user_id, session_id, name) / name
         with _storage_errors("load", what):
@@ -251,11 +264,13 @@ class FileArtifactService:
                     return None  # deleted while we read it
                 raise ArtifactStoreError(
                     f"{what_version} has no data file (only its metadata file): delete the "
-                    "artifact, or restore the file from a backup") from None
+                    "artifact, or restore the file from a backup"
+                ) from None
         if len(data) != size:
             raise ArtifactStoreError(
                 f"{what_version} is damaged: its data file has {len(data)} bytes where its "
-                f"metadata file says {size}; delete the artifact, or restore it from a backup")
+                f"metadata file says {size}; delete the artifact, or restore it from a backup"
+            )
         return Blob(mime_type, data, blob_name)
 
     # -- listing -------------------------------------------------------------------------------
@@ -285,15 +300,15 @@ class FileArtifactService:
                         names.append(entry)
         return sorted(names)
 
-    async def list_versions(self, app_name: str, user_id: str, session_id: str,
-                            name: str) -> list[int]:
+    async def list_versions(
+        self, app_name: str, user_id: str, session_id: str, name: str
+    ) -> list[int]:
         """The versions of ``name``, ascending (empty when there is none)."""
         validate_artifact_scope(app_name, user_id, session_id)
         validate_artifact_name(name)
         return await asyncio.to_thread(self._list_versions, app_name, user_id, session_id, name)
 
-    def _list_versions(self, app_name: str, user_id: str, session_id: str,
-                       name: str) -> list[int]:
+    def _list_versions(self, app_name: str, user_id: str, session_id: str, name: str) -> list[int]:
         what = describe_artifact(app_name, user_id, session_id, name)
         folder = self._scope_folder(app_name, user_id, session_id, name) / name
         with _storage_errors("list the versions of", what):
@@ -332,13 +347,17 @@ def _claim_version(folder: Path) -> int:
     ``O_EXCL`` makes the file system the referee: of two processes creating the same number,
     one fails with ``FileExistsError`` and tries the next.
     """
-    taken = [int(stem) for entry in _entries(folder)
-             if _VERSION.fullmatch(stem := entry.removesuffix(".json"))]
+    taken = [
+        int(stem)
+        for entry in _entries(folder)
+        if _VERSION.fullmatch(stem := entry.removesuffix(".json"))
+    ]
     version = max(taken, default=-1) + 1
     while True:
         try:
-            fd = os.open(folder / str(version), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY,
-                         0o666)
+            fd = os.open(
+                folder / str(version), os.O_WRONLY | os.O_CREAT | os.O_EXCL | _BINARY, 0o666
+            )
         except FileExistsError:
             version += 1
             continue
@@ -351,10 +370,12 @@ def _parse_sidecar(raw: bytes, what_version: str) -> tuple[str, str | None, int]
 
     The message says what is wrong with the file, never what it holds.
     """
+
     def corrupt(reason: str) -> ArtifactStoreError:
         return ArtifactStoreError(
             f"{what_version} has a corrupt metadata file ({reason}); delete the artifact, "
-            "or restore the file from a backup")
+            "or restore the file from a backup"
+        )
 
     try:
         document: Any = json.loads(raw)
@@ -366,7 +387,8 @@ def _parse_sidecar(raw: bytes, what_version: str) -> tuple[str, str | None, int]
     if isinstance(found, int) and not isinstance(found, bool) and found > _SIDECAR_FORMAT:
         raise ArtifactStoreError(
             f"{what_version} was saved by a newer relaykit (metadata format {found}, this "
-            f"version reads {_SIDECAR_FORMAT}); upgrade relaykit to read it")
+            f"version reads {_SIDECAR_FORMAT}); upgrade relaykit to read it"
+        )
     if found != _SIDECAR_FORMAT:
         raise corrupt("its format is missing or unknown")
     mime_type, blob_name, size = (document.get(key) for key in ("mime_type", "name", "size"))

@@ -48,8 +48,9 @@ class InMemoryArtifactService:
         validate_artifact_name(name)
         return (app_name, user_id, None if is_user_artifact(name) else session_id)
 
-    async def save(self, app_name: str, user_id: str, session_id: str, name: str,
-                   blob: Blob) -> int:
+    async def save(
+        self, app_name: str, user_id: str, session_id: str, name: str, blob: Blob
+    ) -> int:
         """Store a copy of ``blob`` as the next version of ``name``; returns that version."""
         scope = self._scope(app_name, user_id, session_id, name)
         copy = check_blob(blob)
@@ -57,8 +58,9 @@ class InMemoryArtifactService:
         versions.append(copy)
         return len(versions) - 1
 
-    async def load(self, app_name: str, user_id: str, session_id: str, name: str,
-                   version: int | None = None) -> Blob | None:
+    async def load(
+        self, app_name: str, user_id: str, session_id: str, name: str, version: int | None = None
+    ) -> Blob | None:
         """A copy of version ``version`` of ``name`` (the latest when ``None``), or ``None``."""
         scope = self._scope(app_name, user_id, session_id, name)
         wanted = check_version(version)
@@ -79,8 +81,9 @@ class InMemoryArtifactService:
         shared = self._artifacts.get((app_name, user_id, None), {})
         return sorted([*own, *shared])
 
-    async def list_versions(self, app_name: str, user_id: str, session_id: str,
-                            name: str) -> list[int]:
+    async def list_versions(
+        self, app_name: str, user_id: str, session_id: str, name: str
+    ) -> list[int]:
         """The versions of ``name``, ascending (empty when there is none)."""
         scope = self._scope(app_name, user_id, session_id, name)
         return list(range(len(self._artifacts.get(scope, {}).get(name, []))))

@@ -51,18 +51,21 @@ def validate_checkpoint_id(checkpoint_id: object) -> str:
     """
     if not isinstance(checkpoint_id, str):
         raise CheckpointStoreError(
-            f"a checkpoint id must be a str, not {type(checkpoint_id).__name__}")
+            f"a checkpoint id must be a str, not {type(checkpoint_id).__name__}"
+        )
     if not checkpoint_id or len(checkpoint_id) > MAX_CHECKPOINT_ID_LENGTH:
         raise CheckpointStoreError(
             f"a checkpoint id must have 1 to {MAX_CHECKPOINT_ID_LENGTH} characters "
-            f"(got {len(checkpoint_id)})")
+            f"(got {len(checkpoint_id)})"
+        )
     if "\x00" in checkpoint_id:
         raise CheckpointStoreError("a checkpoint id must not contain NUL characters")
     try:
         checkpoint_id.encode("utf-8")
     except UnicodeEncodeError:
         raise CheckpointStoreError(
-            "a checkpoint id must encode as UTF-8 (it contains an unpaired surrogate)") from None
+            "a checkpoint id must encode as UTF-8 (it contains an unpaired surrogate)"
+        ) from None
     return checkpoint_id
 
 
@@ -72,10 +75,14 @@ def validate_claim_ttl(ttl: object) -> float:
     >>> validate_claim_ttl(30)
     30.0
     """
-    if (isinstance(ttl, bool) or not isinstance(ttl, int | float)
-            or not 0.05 <= float(ttl) <= MAX_CLAIM_TTL):
+    if (
+        isinstance(ttl, bool)
+        or not isinstance(ttl, int | float)
+        or not 0.05 <= float(ttl) <= MAX_CLAIM_TTL
+    ):
         raise ConfigurationError(
-            f"claim_ttl must be a number of seconds from 0.05 to {MAX_CLAIM_TTL:g}, not {ttl!r}")
+            f"claim_ttl must be a number of seconds from 0.05 to {MAX_CLAIM_TTL:g}, not {ttl!r}"
+        )
     return float(ttl)
 
 
@@ -154,8 +161,9 @@ class InMemoryCheckpointStore:
         clock: the clock claims expire by (monotonic seconds); tests pass a fake one.
     """
 
-    def __init__(self, *, claim_ttl: float = DEFAULT_CLAIM_TTL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, claim_ttl: float = DEFAULT_CLAIM_TTL, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         #: Seconds a resume's claim lasts unless renewed (the Runner passes it to ``claim``).
         self.claim_ttl = validate_claim_ttl(claim_ttl)
         self._data: dict[str, bytes] = {}
@@ -204,8 +212,10 @@ class InMemoryCheckpointStore:
         validate_checkpoint_id(checkpoint_id)
         if checkpoint_id not in self._data or self._holder(checkpoint_id) != owner:
             raise CheckpointBusyError(
-                checkpoint_id, f"the claim on checkpoint {checkpoint_id!r} was lost (it expired "
-                "and another resume claimed it, or the checkpoint was replaced)")
+                checkpoint_id,
+                f"the claim on checkpoint {checkpoint_id!r} was lost (it expired "
+                "and another resume claimed it, or the checkpoint was replaced)",
+            )
         self._claims[checkpoint_id] = (owner, self._now() + ttl)
 
     async def release(self, checkpoint_id: str, owner: str) -> None:
@@ -223,9 +233,11 @@ class InMemoryCheckpointStore:
         # A claim that expired but was not taken over still belongs to its owner.
         if claim is None or claim[0] != owner or checkpoint_id not in self._data:
             raise CheckpointBusyError(
-                checkpoint_id, f"cannot finish the resume of checkpoint {checkpoint_id!r}: its "
+                checkpoint_id,
+                f"cannot finish the resume of checkpoint {checkpoint_id!r}: its "
                 "claim was lost (it expired and another resume claimed it, or the checkpoint "
-                "was replaced or deleted)")
+                "was replaced or deleted)",
+            )
         del self._claims[checkpoint_id]
         if payload is None:
             del self._data[checkpoint_id]
@@ -238,8 +250,12 @@ class InMemoryCheckpointStore:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     def __len__(self) -> int:

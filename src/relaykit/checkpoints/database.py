@@ -40,7 +40,8 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
         "DatabaseCheckpointStore needs SQLAlchemy and Alembic: pip install 'relaykit[sql]' "
-        "(SQLite) or 'relaykit[postgres]' (PostgreSQL)") from None
+        "(SQLite) or 'relaykit[postgres]' (PostgreSQL)"
+    ) from None
 
 __all__ = ["CHECKPOINTS_TABLE", "DatabaseCheckpointStore"]
 
@@ -51,11 +52,13 @@ CHECKPOINTS_TABLE = "relaykit_checkpoints"
 # (never created from this definition), which must produce exactly these columns.
 _metadata = sa.MetaData()
 _checkpoints = sa.Table(
-    CHECKPOINTS_TABLE, _metadata,
+    CHECKPOINTS_TABLE,
+    _metadata,
     sa.Column("checkpoint_id", sa.String(255), primary_key=True),
     sa.Column("data", sa.LargeBinary(), nullable=False),
-    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
-              server_default=sa.func.now()),
+    sa.Column(
+        "updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
+    ),
     # The resume's claim: its owner and its expiry in seconds since the epoch *by the database's
     # clock* (``_db.database_now``), so that processes on different machines agree on expiry.
     sa.Column("claim_owner", sa.Text(), nullable=True),
@@ -88,8 +91,9 @@ class DatabaseCheckpointStore:
             other stores, say); the store configures but never disposes it.
     """
 
-    def __init__(self, url: str, *, claim_ttl: float = DEFAULT_CLAIM_TTL,
-                 engine: AsyncEngine | None = None) -> None:
+    def __init__(
+        self, url: str, *, claim_ttl: float = DEFAULT_CLAIM_TTL, engine: AsyncEngine | None = None
+    ) -> None:
         owner = type(self).__name__
         #: The database URL as given.
         self.url = url
@@ -133,8 +137,9 @@ class DatabaseCheckpointStore:
             await self._ensure_schema()
             async with self._engine.connect() as conn:
                 conn = await conn.execution_options(**{_db.READ_ONLY: True})
-                row = (await conn.execute(
-                    sa.select(_c.data).where(_c.checkpoint_id == checkpoint_id))).first()
+                row = (
+                    await conn.execute(sa.select(_c.data).where(_c.checkpoint_id == checkpoint_id))
+                ).first()
             return _stored_bytes(row[0], checkpoint_id) if row is not None else None
 
     async def set(self, checkpoint_id: str, data: bytes) -> None:
@@ -153,8 +158,13 @@ class DatabaseCheckpointStore:
         statement = insert(_checkpoints).values(checkpoint_id=checkpoint_id, data=payload)
         return statement.on_conflict_do_update(
             index_elements=[_c.checkpoint_id],
-            set_={"data": statement.excluded.data, "updated_at": sa.func.now(),
-                  "claim_owner": None, "claim_expires_at": None})
+            set_={
+                "data": statement.excluded.data,
+                "updated_at": sa.func.now(),
+                "claim_owner": None,
+                "claim_expires_at": None,
+            },
+        )
 
     async def delete(self, checkpoint_id: str) -> None:
         """Forget ``checkpoint_id`` and its claim (no error if unknown)."""
@@ -162,8 +172,7 @@ class DatabaseCheckpointStore:
         with _StorageFailures("delete", checkpoint_id, self._engine):
             await self._ensure_schema()
             async with self._engine.begin() as conn:
-                await conn.execute(sa.delete(_checkpoints)
-                                   .where(_c.checkpoint_id == checkpoint_id))
+                await conn.execute(sa.delete(_checkpoints).where(_c.checkpoint_id == checkpoint_id))
 
     async def claim(self, checkpoint_id: str, owner: str, ttl: float) -> bytes:
         """Claim the checkpoint for ``owner`` for ``ttl`` seconds and return its document.
@@ -175,21 +184,33 @@ class DatabaseCheckpointStore:
         with _StorageFailures("claim", checkpoint_id, self._engine):
             await self._ensure_schema()
             async with self._engine.begin() as conn:
-                row = (await conn.execute(
-                    sa.update(_checkpoints)
-                    .where(_c.checkpoint_id == checkpoint_id,
-                           sa.or_(_c.claim_owner.is_(None), _c.claim_owner == owner,
-                                  *self._expired()))
-                    .values(claim_owner=owner, claim_expires_at=self._now + float(ttl))
-                    .returning(_c.data))).first()
+                row = (
+                    await conn.execute(
+                        sa.update(_checkpoints)
+                        .where(
+                            _c.checkpoint_id == checkpoint_id,
+                            sa.or_(
+                                _c.claim_owner.is_(None), _c.claim_owner == owner, *self._expired()
+                            ),
+                        )
+                        .values(claim_owner=owner, claim_expires_at=self._now + float(ttl))
+                        .returning(_c.data)
+                    )
+                ).first()
                 if row is not None:
                     # Checked before the commit: a corrupt row is refused, not claimed.
                     data = _stored_bytes(row[0], checkpoint_id)
                 # Nothing claimed: only now tell "absent" from "held by someone else". This
                 # read decides which error to raise, never whether to write.
-                exists = row is not None or (await conn.execute(
-                    sa.select(_c.checkpoint_id)
-                    .where(_c.checkpoint_id == checkpoint_id))).first() is not None
+                exists = (
+                    row is not None
+                    or (
+                        await conn.execute(
+                            sa.select(_c.checkpoint_id).where(_c.checkpoint_id == checkpoint_id)
+                        )
+                    ).first()
+                    is not None
+                )
         if row is not None:
             return data
         if exists:
@@ -214,9 +235,13 @@ class DatabaseCheckpointStore:
             async with self._engine.begin() as conn:
                 renewed = await conn.execute(
                     sa.update(_checkpoints)
-                    .where(_c.checkpoint_id == checkpoint_id, _c.claim_owner == owner,
-                           _c.claim_expires_at > self._now)
-                    .values(claim_expires_at=self._now + float(ttl)))
+                    .where(
+                        _c.checkpoint_id == checkpoint_id,
+                        _c.claim_owner == owner,
+                        _c.claim_expires_at > self._now,
+                    )
+                    .values(claim_expires_at=self._now + float(ttl))
+                )
                 lost = renewed.rowcount == 0
                 if lost:
                     # As in the in-memory store, an expired claim met on the way is dropped, so
@@ -224,11 +249,14 @@ class DatabaseCheckpointStore:
                     await conn.execute(
                         sa.update(_checkpoints)
                         .where(_c.checkpoint_id == checkpoint_id, sa.or_(*self._expired()))
-                        .values(claim_owner=None, claim_expires_at=None))
+                        .values(claim_owner=None, claim_expires_at=None)
+                    )
         if lost:
             raise CheckpointBusyError(
-                checkpoint_id, f"the claim on checkpoint {checkpoint_id!r} was lost (it expired "
-                "and another resume claimed it, or the checkpoint was replaced)")
+                checkpoint_id,
+                f"the claim on checkpoint {checkpoint_id!r} was lost (it expired "
+                "and another resume claimed it, or the checkpoint was replaced)",
+            )
 
     async def release(self, checkpoint_id: str, owner: str) -> None:
         """Drop ``owner``'s claim and keep the checkpoint (no error if not held)."""
@@ -239,7 +267,8 @@ class DatabaseCheckpointStore:
                 await conn.execute(
                     sa.update(_checkpoints)
                     .where(_c.checkpoint_id == checkpoint_id, _c.claim_owner == owner)
-                    .values(claim_owner=None, claim_expires_at=None))
+                    .values(claim_owner=None, claim_expires_at=None)
+                )
 
     async def finish(self, checkpoint_id: str, owner: str, data: bytes | None) -> None:
         """Replace the checkpoint with ``data`` and drop the claim, or delete it (``None``).
@@ -257,14 +286,22 @@ class DatabaseCheckpointStore:
                     result = await conn.execute(sa.delete(_checkpoints).where(held))
                 else:
                     result = await conn.execute(
-                        sa.update(_checkpoints).where(held)
-                        .values(data=payload, updated_at=sa.func.now(), claim_owner=None,
-                                claim_expires_at=None))
+                        sa.update(_checkpoints)
+                        .where(held)
+                        .values(
+                            data=payload,
+                            updated_at=sa.func.now(),
+                            claim_owner=None,
+                            claim_expires_at=None,
+                        )
+                    )
         if result.rowcount == 0:
             raise CheckpointBusyError(
-                checkpoint_id, f"cannot finish the resume of checkpoint {checkpoint_id!r}: its "
+                checkpoint_id,
+                f"cannot finish the resume of checkpoint {checkpoint_id!r}: its "
                 "claim was lost (it expired and another resume claimed it, or the checkpoint "
-                "was replaced or deleted)")
+                "was replaced or deleted)",
+            )
 
     async def aclose(self) -> None:
         """Close the database connections (of an engine the store created; not a given one)."""
@@ -275,8 +312,12 @@ class DatabaseCheckpointStore:
         await self.open()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
 
@@ -299,17 +340,25 @@ class _StorageFailures:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayKitError):
             return
-        what = (self._operation if self._checkpoint_id is None
-                else f"{self._operation} checkpoint {self._checkpoint_id!r}")
+        what = (
+            self._operation
+            if self._checkpoint_id is None
+            else f"{self._operation} checkpoint {self._checkpoint_id!r}"
+        )
         backend = self._engine.url.drivername
         raise CheckpointStoreError(
             f"the checkpoint store could not {what}: {_db.describe_failure(exc)} from "
             f"{backend}. Check that the database is reachable and writable (the driver's "
-            "message is withheld: it can contain stored content)") from None
+            "message is withheld: it can contain stored content)"
+        ) from None
 
 
 def _stored_bytes(value: object, checkpoint_id: str) -> bytes:
@@ -319,4 +368,5 @@ def _stored_bytes(value: object, checkpoint_id: str) -> bytes:
         return bytes(value)
     raise CheckpointStoreError(
         f"checkpoint {checkpoint_id!r}: the stored row is corrupt (its data is a "
-        f"{type(value).__name__}, not bytes)")
+        f"{type(value).__name__}, not bytes)"
+    )

@@ -16,8 +16,13 @@ from relaykit.errors import SerializationError
 from relaykit.events import AgentEvent, AgentInput
 from relaykit.resume import Address, InterruptContext, InterruptInfo, ResumeInfo
 
-__all__ = ["CHECKPOINT_FORMAT", "Checkpoint", "SavedInterruptPoint", "decode_checkpoint",
-           "encode_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "Checkpoint",
+    "SavedInterruptPoint",
+    "decode_checkpoint",
+    "encode_checkpoint",
+]
 
 CHECKPOINT_FORMAT = "relaykit/checkpoint"
 
@@ -86,14 +91,31 @@ class Checkpoint:
             info: the interrupt that reached the root.
         """
         top = info.top()
-        points = [] if top is None else [
-            SavedInterruptPoint(p.id, p.address, p.info, p.state, p.is_root_cause,
-                                p.parent.id if p.parent is not None else None)
-            for p in top.walk()]
+        points = (
+            []
+            if top is None
+            else [
+                SavedInterruptPoint(
+                    p.id,
+                    p.address,
+                    p.info,
+                    p.state,
+                    p.is_root_cause,
+                    p.parent.id if p.parent is not None else None,
+                )
+                for p in top.walk()
+            ]
+        )
         root_input = ctx.root_input or AgentInput()
-        return cls(root_input, [rec.event for rec in ctx.history.events],
-                   dict(ctx.history.values), root_input.enable_streaming, info.data, points,
-                   list(info.pending_chains.items()))
+        return cls(
+            root_input,
+            [rec.event for rec in ctx.history.events],
+            dict(ctx.history.values),
+            root_input.enable_streaming,
+            info.data,
+            points,
+            list(info.pending_chains.items()),
+        )
 
     def interrupt(self, what: str = "checkpoint") -> InterruptInfo:
         """The saved interrupt, its tree rebuilt (``SerializationError`` naming ``what`` when
@@ -112,7 +134,8 @@ class Checkpoint:
                 parent = made.get(p.parent)
                 if parent is None:
                     raise SerializationError(
-                        f"{what}: an interrupt point names a parent that precedes it nowhere")
+                        f"{what}: an interrupt point names a parent that precedes it nowhere"
+                    )
             elif top is not None:
                 raise SerializationError(f"{what}: the interrupt points have two tops")
             point = InterruptContext(p.id, p.address, p.info, p.is_root_cause, parent, p.state)
@@ -131,8 +154,10 @@ class Checkpoint:
         Args:
             values: the session values to share (an agent tool shares its caller's).
         """
-        return RunHistory(values if values is not None else dict(self.values),
-                          [RecordedEvent(e) for e in self.events])
+        return RunHistory(
+            values if values is not None else dict(self.values),
+            [RecordedEvent(e) for e in self.events],
+        )
 
     def resume_info(self, info: InterruptInfo) -> ResumeInfo:
         """What the resumed root agent receives.
@@ -164,8 +189,9 @@ async def encode_checkpoint(cp: Checkpoint, key: bytes | None = None) -> bytes:
     return dumps(cp, kind=CHECKPOINT_FORMAT, key=key)
 
 
-def decode_checkpoint(data: bytes, *, key: bytes | None = None,
-                      what: str = "checkpoint") -> tuple[Checkpoint, InterruptInfo]:
+def decode_checkpoint(
+    data: bytes, *, key: bytes | None = None, what: str = "checkpoint"
+) -> tuple[Checkpoint, InterruptInfo]:
     """The checkpoint in ``data`` and its interrupt; every failure is a ``SerializationError``
     naming ``what`` (see ``encode_checkpoint`` for a round trip).
 

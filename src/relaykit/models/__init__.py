@@ -12,11 +12,23 @@ if TYPE_CHECKING:
     from relaykit.models.gemini import GeminiModel
     from relaykit.models.openai import OpenAIModel
 
-__all__ = ["AnthropicModel", "ChatModel", "GeminiModel", "ModelRequest", "OpenAIModel",
-           "ScriptedModel", "ToolSpec", "from_string", "usage_metadata"]
+__all__ = [
+    "AnthropicModel",
+    "ChatModel",
+    "GeminiModel",
+    "ModelRequest",
+    "OpenAIModel",
+    "ScriptedModel",
+    "ToolSpec",
+    "from_string",
+    "usage_metadata",
+]
 
-_PROVIDER_CLASSES = {"OpenAIModel": "openai", "AnthropicModel": "anthropic",
-                     "GeminiModel": "gemini"}
+_PROVIDER_CLASSES = {
+    "OpenAIModel": "openai",
+    "AnthropicModel": "anthropic",
+    "GeminiModel": "gemini",
+}
 
 
 def __getattr__(name: str) -> "type[ProviderModel]":

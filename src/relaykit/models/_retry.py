@@ -131,8 +131,10 @@ class RetryPolicy:
         if self.max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries}")
         if not self.backoff_base >= 0 or not self.max_backoff >= 0:  # NaN fails too
-            raise ValueError(f"backoff_base and max_backoff must be >= 0, got "
-                             f"{self.backoff_base} and {self.max_backoff}")
+            raise ValueError(
+                f"backoff_base and max_backoff must be >= 0, got "
+                f"{self.backoff_base} and {self.max_backoff}"
+            )
 
     def exceeds(self, retry_after: float | None) -> bool:
         """True when the server's hint asks for a longer wait than ``max_backoff``."""
@@ -162,8 +164,9 @@ class Retrier:
     relaykit.errors.ModelError: example: HTTP 400 from model 'm1': bad request
     """
 
-    def __init__(self, provider: str, model: str, policy: RetryPolicy,
-                 classify: Classifier) -> None:
+    def __init__(
+        self, provider: str, model: str, policy: RetryPolicy, classify: Classifier
+    ) -> None:
         self.provider = provider
         self.model = model
         self.policy = policy
@@ -180,8 +183,9 @@ class Retrier:
             head = f"{self.provider}: error from {where}"
         if attempts > 1:
             head += f" (gave up after {attempts} attempts)"
-        return ModelError(f"{head}: {failure.detail}{note}", provider=self.provider,
-                          status=failure.status)
+        return ModelError(
+            f"{head}: {failure.detail}{note}", provider=self.provider, status=failure.status
+        )
 
     async def _backoff_or_raise(self, exc: Exception, retry: int) -> None:
         """Sleep before retry number ``retry``, or raise the final error for ``exc``."""
@@ -192,9 +196,11 @@ class Retrier:
             raise self.error(failure, retry + 1) from exc
         if self.policy.exceeds(failure.retry_after):
             # Retrying before the server's time would fail again: report the wait instead.
-            note = (f" (the server asked to wait {failure.retry_after:g} s before retrying, more "
-                    f"than max_backoff={self.policy.max_backoff:g} s: not retried; pass a larger "
-                    "max_backoff to wait that long)")
+            note = (
+                f" (the server asked to wait {failure.retry_after:g} s before retrying, more "
+                f"than max_backoff={self.policy.max_backoff:g} s: not retried; pass a larger "
+                "max_backoff to wait that long)"
+            )
             raise self.error(failure, retry + 1, note) from exc
         await _sleep(self.policy.delay(retry, failure.retry_after))
 
@@ -212,8 +218,9 @@ class Retrier:
                 await self._backoff_or_raise(exc, retry)
             retry += 1
 
-    async def stream(self, open_chunks: Callable[[], AsyncIterator[Message]]
-                     ) -> AsyncIterator[Message]:
+    async def stream(
+        self, open_chunks: Callable[[], AsyncIterator[Message]]
+    ) -> AsyncIterator[Message]:
         """Yield the chunks of ``open_chunks()``, retrying only before the first chunk."""
         retry = 0
         while True:
@@ -303,9 +310,10 @@ def is_transport_error(exc: BaseException) -> bool:
     """
     if isinstance(exc, OSError):  # TimeoutError and ConnectionError included
         return True
-    return any(cls.__name__ in _TRANSPORT_ERROR_NAMES
-               and cls.__module__.split(".")[0] in _HTTP_LIBRARIES
-               for cls in type(exc).__mro__)
+    return any(
+        cls.__name__ in _TRANSPORT_ERROR_NAMES and cls.__module__.split(".")[0] in _HTTP_LIBRARIES
+        for cls in type(exc).__mro__
+    )
 
 
 def error_detail(body: object, fallback: str) -> str:
@@ -366,8 +374,7 @@ class ProviderModel:
     provider: str
     _retrier: Retrier
 
-    def _setup(self, provider: str, model: str, policy: RetryPolicy,
-               classify: Classifier) -> None:
+    def _setup(self, provider: str, model: str, policy: RetryPolicy, classify: Classifier) -> None:
         self.model = model
         self.provider = provider
         self._retrier = Retrier(provider, model, policy, classify)

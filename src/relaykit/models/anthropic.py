@@ -77,16 +77,27 @@ class AnthropicModel(ProviderModel):
             hence ``Any``).
     """
 
-    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
-                 client: AsyncAnthropic | None = None, max_retries: int = 3,
-                 timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
-                 max_backoff: float = DEFAULT_MAX_BACKOFF,
-                 max_tokens: int = DEFAULT_MAX_TOKENS, **default_options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: AsyncAnthropic | None = None,
+        max_retries: int = 3,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff_base: float = 0.5,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        **default_options: Any,
+    ) -> None:
         if not model:
-            raise ConfigurationError("anthropic: a model name is needed, e.g. "
-                                     "AnthropicModel('claude-sonnet-4-5')")
-        self._setup("anthropic", model,
-                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
+            raise ConfigurationError(
+                "anthropic: a model name is needed, e.g. AnthropicModel('claude-sonnet-4-5')"
+            )
+        self._setup(
+            "anthropic", model, RetryPolicy(max_retries, backoff_base, max_backoff), _classify
+        )
         self.max_tokens = max_tokens
         self.default_options = default_options
         if client is not None:
@@ -94,11 +105,13 @@ class AnthropicModel(ProviderModel):
         else:
             api_key = api_key or os.environ.get("ANTHROPIC_API_KEY") or None
             try:
-                self.client = AsyncAnthropic(api_key=api_key, base_url=base_url, max_retries=0,
-                                             timeout=timeout)
+                self.client = AsyncAnthropic(
+                    api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+                )
             except anthropic.AnthropicError as exc:  # a broken credentials profile...
-                raise ConfigurationError(f"anthropic: cannot set up a client for model "
-                                         f"{model!r}: {exc}") from exc
+                raise ConfigurationError(
+                    f"anthropic: cannot set up a client for model {model!r}: {exc}"
+                ) from exc
             if not (self.client.api_key or self.client.auth_token or self.client.credentials):
                 raise ConfigurationError(
                     f"anthropic: no API key for model {model!r}; set ANTHROPIC_API_KEY or pass "
@@ -129,8 +142,10 @@ class AnthropicModel(ProviderModel):
     async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
         params = self._params(request)  # errors here come out of the stream, not stream()
         params["stream"] = True
-        events = cast(anthropic.AsyncStream[RawMessageStreamEvent],
-                      await self.client.messages.create(**params))
+        events = cast(
+            anthropic.AsyncStream[RawMessageStreamEvent],
+            await self.client.messages.create(**params),
+        )
         reader = _StreamReader()
         sent = False
         try:
@@ -182,8 +197,9 @@ def _error_type(body: object) -> str:
 
 def to_anthropic_tools(tools: Iterable[ToolSpec]) -> list[Json]:
     """ToolSpecs as Messages API ``tools``."""
-    return [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-            for t in tools]
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in tools
+    ]
 
 
 def _b64(data: bytes) -> str:
@@ -193,18 +209,29 @@ def _b64(data: bytes) -> str:
 def _attachment_block(blob: Blob) -> Json:
     mime = blob.mime_type.lower()
     if mime in _IMAGE_TYPES:
-        return {"type": "image",
-                "source": {"type": "base64", "media_type": mime, "data": _b64(blob.data)}}
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": mime, "data": _b64(blob.data)},
+        }
     if mime == "application/pdf":
-        return {"type": "document",
-                "source": {"type": "base64", "media_type": mime, "data": _b64(blob.data)}}
+        return {
+            "type": "document",
+            "source": {"type": "base64", "media_type": mime, "data": _b64(blob.data)},
+        }
     if mime.startswith("text/"):
-        return {"type": "document",
-                "source": {"type": "text", "media_type": "text/plain",
-                           "data": blob.data.decode("utf-8", errors="replace")}}
-    raise ModelError(f"anthropic: cannot send an attachment of type {blob.mime_type!r} "
-                     "(supported: JPEG/PNG/GIF/WebP images, PDF, text)", provider="anthropic")
-
+        return {
+            "type": "document",
+            "source": {
+                "type": "text",
+                "media_type": "text/plain",
+                "data": blob.data.decode("utf-8", errors="replace"),
+            },
+        }
+    raise ModelError(
+        f"anthropic: cannot send an attachment of type {blob.mime_type!r} "
+        "(supported: JPEG/PNG/GIF/WebP images, PDF, text)",
+        provider="anthropic",
+    )
 
 
 def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str | None, list[Json]]:
@@ -219,11 +246,18 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str | None, list
         if msg.role == "system":
             system.append(msg.content)
         elif msg.role == "tool":
-            block = {"type": "tool_result", "tool_use_id": msg.tool_call_id or "",
-                     "content": msg.content}
+            block = {
+                "type": "tool_result",
+                "tool_use_id": msg.tool_call_id or "",
+                "content": msg.content,
+            }
             last = out[-1] if out else None
-            if (last is not None and last["role"] == "user" and isinstance(last["content"], list)
-                    and all(b.get("type") == "tool_result" for b in last["content"])):
+            if (
+                last is not None
+                and last["role"] == "user"
+                and isinstance(last["content"], list)
+                and all(b.get("type") == "tool_result" for b in last["content"])
+            ):
                 last["content"].append(block)
             else:
                 out.append({"role": "user", "content": [block]})
@@ -237,8 +271,15 @@ def to_anthropic_messages(messages: Iterable[Message]) -> tuple[str | None, list
                 out.append({"role": "user", "content": msg.content})
         else:
             blocks = [{"type": "text", "text": msg.content}] if msg.content else []
-            blocks.extend({"type": "tool_use", "id": c.id, "name": c.name,
-                           "input": arguments_object(c.arguments)} for c in msg.tool_calls)
+            blocks.extend(
+                {
+                    "type": "tool_use",
+                    "id": c.id,
+                    "name": c.name,
+                    "input": arguments_object(c.arguments),
+                }
+                for c in msg.tool_calls
+            )
             if blocks:
                 out.append({"role": "assistant", "content": blocks})
     return ("\n\n".join(system) if system else None), out
@@ -299,16 +340,22 @@ class _StreamReader:
             if block.type == "tool_use":
                 args = json.dumps(block.input) if block.input else ""
                 self.tool_json[event.index] = bool(args)
-                return [Message("assistant",
-                                tool_calls=[ToolCall(block.id, block.name, args, event.index)])]
+                return [
+                    Message(
+                        "assistant", tool_calls=[ToolCall(block.id, block.name, args, event.index)]
+                    )
+                ]
         elif event.type == "content_block_delta":
             delta = event.delta
             if delta.type == "text_delta" and delta.text:
                 return [Message("assistant", delta.text)]
             if delta.type == "input_json_delta" and delta.partial_json:
                 self.tool_json[event.index] = True
-                return [Message("assistant", tool_calls=[
-                    ToolCall("", "", delta.partial_json, event.index)])]
+                return [
+                    Message(
+                        "assistant", tool_calls=[ToolCall("", "", delta.partial_json, event.index)]
+                    )
+                ]
         elif event.type == "content_block_stop" and self.tool_json.get(event.index) is False:
             # A call without arguments streams no JSON: send "{}" like the non-streamed answer.
             self.tool_json[event.index] = True

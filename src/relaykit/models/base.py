@@ -83,8 +83,9 @@ class ChatModel(Protocol):
         ...
 
 
-def usage_metadata(input_tokens: int | None,
-                   output_tokens: int | None) -> dict[str, dict[str, int]]:
+def usage_metadata(
+    input_tokens: int | None, output_tokens: int | None
+) -> dict[str, dict[str, int]]:
     """The normalised ``metadata`` entry for token usage ({} when unknown).
 
     >>> usage_metadata(12, None)
@@ -92,5 +93,6 @@ def usage_metadata(input_tokens: int | None,
     """
     if input_tokens is None and output_tokens is None:
         return {}
-    return {"usage": {"input_tokens": int(input_tokens or 0),
-                      "output_tokens": int(output_tokens or 0)}}
+    return {
+        "usage": {"input_tokens": int(input_tokens or 0), "output_tokens": int(output_tokens or 0)}
+    }

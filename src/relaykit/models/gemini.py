@@ -86,25 +86,40 @@ class GeminiModel(ProviderModel):
             (provider-specific, hence ``Any``).
     """
 
-    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
-                 client: genai.Client | None = None, max_retries: int = 3,
-                 timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
-                 max_backoff: float = DEFAULT_MAX_BACKOFF,
-                 **default_options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: genai.Client | None = None,
+        max_retries: int = 3,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff_base: float = 0.5,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        **default_options: Any,
+    ) -> None:
         if not model:
-            raise ConfigurationError("gemini: a model name is needed, e.g. "
-                                     "GeminiModel('gemini-2.5-flash')")
-        self._setup("gemini", model,
-                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
+            raise ConfigurationError(
+                "gemini: a model name is needed, e.g. GeminiModel('gemini-2.5-flash')"
+            )
+        self._setup("gemini", model, RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
         self.default_options = default_options
         if client is None:
-            api_key = (api_key or os.environ.get("GEMINI_API_KEY")
-                       or os.environ.get("GOOGLE_API_KEY") or None)
+            api_key = (
+                api_key
+                or os.environ.get("GEMINI_API_KEY")
+                or os.environ.get("GOOGLE_API_KEY")
+                or None
+            )
             if api_key is None:
-                raise ConfigurationError(f"gemini: no API key for model {model!r}; set "
-                                         "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=...")
-            http_options = types.HttpOptions(base_url=base_url, timeout=int(timeout * 1000),
-                                             retry_options=_NO_SDK_RETRIES)
+                raise ConfigurationError(
+                    f"gemini: no API key for model {model!r}; set "
+                    "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=..."
+                )
+            http_options = types.HttpOptions(
+                base_url=base_url, timeout=int(timeout * 1000), retry_options=_NO_SDK_RETRIES
+            )
             client = genai.Client(vertexai=False, api_key=api_key, http_options=http_options)
         self.client = client
 
@@ -115,18 +130,19 @@ class GeminiModel(ProviderModel):
             key = _OPTION_ALIASES.get(key, key)
             (fields if key in types.GenerateContentConfig.model_fields else extra)[key] = value
         # Ours is the only retry layer, also with a client passed in.
-        http_options = types.HttpOptions(retry_options=_NO_SDK_RETRIES,
-                                         extra_body=extra or None)
-        fields.setdefault("automatic_function_calling",
-                          types.AutomaticFunctionCallingConfig(disable=True))
+        http_options = types.HttpOptions(retry_options=_NO_SDK_RETRIES, extra_body=extra or None)
+        fields.setdefault(
+            "automatic_function_calling", types.AutomaticFunctionCallingConfig(disable=True)
+        )
         if system is not None:
             fields["system_instruction"] = system
         if request.tools:
             fields["tools"] = to_gemini_tools(request.tools)
         return types.GenerateContentConfig(http_options=http_options, **fields)
 
-    def _prepare(self, request: ModelRequest) -> tuple[list[types.Content],
-                                                       types.GenerateContentConfig, int]:
+    def _prepare(
+        self, request: ModelRequest
+    ) -> tuple[list[types.Content], types.GenerateContentConfig, int]:
         system, contents = to_gemini_contents(request.messages)
         prior_calls = sum(len(m.tool_calls) for m in request.messages)
         return contents, self._config(request, system), prior_calls
@@ -136,7 +152,8 @@ class GeminiModel(ProviderModel):
 
         async def call() -> Message:
             response = await self.client.aio.models.generate_content(
-                model=self.model, contents=contents, config=config)
+                model=self.model, contents=contents, config=config
+            )
             reader = _ResponseReader(prior_calls)
             message = reader.read(response)
             message.metadata.update(reader.metadata())
@@ -150,7 +167,8 @@ class GeminiModel(ProviderModel):
         # Errors preparing the request come out of the stream, not out of stream().
         contents, config, prior_calls = self._prepare(request)
         responses = await self.client.aio.models.generate_content_stream(
-            model=self.model, contents=contents, config=config)
+            model=self.model, contents=contents, config=config
+        )
         reader = _ResponseReader(prior_calls)
         sent = False
         try:
@@ -213,11 +231,13 @@ def retry_info_seconds(body: object) -> float | None:
 
 def to_gemini_tools(tools: Iterable[ToolSpec]) -> list[types.Tool]:
     """ToolSpecs as one Gemini ``Tool`` with function declarations (JSON schema parameters)."""
-    declarations = [types.FunctionDeclaration(name=t.name, description=t.description or None,
-                                              parameters_json_schema=t.parameters)
-                    for t in tools]
+    declarations = [
+        types.FunctionDeclaration(
+            name=t.name, description=t.description or None, parameters_json_schema=t.parameters
+        )
+        for t in tools
+    ]
     return [types.Tool(function_declarations=declarations)]
-
 
 
 def _real_id(call_id: str | None) -> str | None:
@@ -248,27 +268,42 @@ def to_gemini_contents(messages: Iterable[Message]) -> tuple[str | None, list[ty
             system.append(msg.content)
         elif msg.role == "user":
             parts = [types.Part(text=msg.content)] if msg.content else []
-            parts.extend(types.Part(inline_data=types.Blob(mime_type=b.mime_type, data=b.data))
-                         for b in msg.attachments)
+            parts.extend(
+                types.Part(inline_data=types.Blob(mime_type=b.mime_type, data=b.data))
+                for b in msg.attachments
+            )
             if parts:
                 contents.append(types.Content(role="user", parts=parts))
         elif msg.role == "assistant":
             parts = [types.Part(text=msg.content)] if msg.content else []
             for call in msg.tool_calls:
                 call_names[call.id] = call.name
-                parts.append(types.Part(
-                    function_call=types.FunctionCall(id=_real_id(call.id), name=call.name,
-                                                     args=arguments_object(call.arguments)),
-                    thought_signature=_signature(msg.metadata, call.id)))
+                parts.append(
+                    types.Part(
+                        function_call=types.FunctionCall(
+                            id=_real_id(call.id),
+                            name=call.name,
+                            args=arguments_object(call.arguments),
+                        ),
+                        thought_signature=_signature(msg.metadata, call.id),
+                    )
+                )
             if parts:
                 contents.append(types.Content(role="model", parts=parts))
         else:
             name = msg.tool_name or call_names.get(msg.tool_call_id or "", "")
-            part = types.Part(function_response=types.FunctionResponse(
-                id=_real_id(msg.tool_call_id), name=name, response={"output": msg.content}))
+            part = types.Part(
+                function_response=types.FunctionResponse(
+                    id=_real_id(msg.tool_call_id), name=name, response={"output": msg.content}
+                )
+            )
             last = contents[-1] if contents else None
-            if (last is not None and last.role == "user" and last.parts
-                    and all(p.function_response is not None for p in last.parts)):
+            if (
+                last is not None
+                and last.role == "user"
+                and last.parts
+                and all(p.function_response is not None for p in last.parts)
+            ):
                 last.parts.append(part)
             else:
                 contents.append(types.Content(role="user", parts=[part]))

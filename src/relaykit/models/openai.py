@@ -35,8 +35,13 @@ __all__ = ["OpenAIModel"]
 DEFAULT_TIMEOUT = 120.0
 """Seconds; for a stream, the longest wait for the next bytes."""
 
-_AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav",
-                  "audio/mpeg": "mp3", "audio/mp3": "mp3"}
+_AUDIO_FORMATS = {
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/wave": "wav",
+    "audio/mpeg": "mp3",
+    "audio/mp3": "mp3",
+}
 
 Json = dict[str, Any]
 
@@ -74,16 +79,27 @@ class OpenAIModel(ProviderModel):
             hence ``Any``).
     """
 
-    def __init__(self, model: str, *, api_key: str | None = None, base_url: str | None = None,
-                 client: AsyncOpenAI | None = None, max_retries: int = 3,
-                 timeout: float = DEFAULT_TIMEOUT, backoff_base: float = 0.5,
-                 max_backoff: float = DEFAULT_MAX_BACKOFF,
-                 provider_name: str = "openai", **default_options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: AsyncOpenAI | None = None,
+        max_retries: int = 3,
+        timeout: float = DEFAULT_TIMEOUT,
+        backoff_base: float = 0.5,
+        max_backoff: float = DEFAULT_MAX_BACKOFF,
+        provider_name: str = "openai",
+        **default_options: Any,
+    ) -> None:
         if not model:
-            raise ConfigurationError(f"{provider_name}: a model name is needed, e.g. "
-                                     "OpenAIModel('gpt-4o-mini')")
-        self._setup(provider_name, model,
-                    RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
+            raise ConfigurationError(
+                f"{provider_name}: a model name is needed, e.g. OpenAIModel('gpt-4o-mini')"
+            )
+        self._setup(
+            provider_name, model, RetryPolicy(max_retries, backoff_base, max_backoff), _classify
+        )
         self.default_options = default_options
         if client is not None:
             self.client = client.with_options(max_retries=0)
@@ -97,8 +113,9 @@ class OpenAIModel(ProviderModel):
                         "or pass api_key=..."
                     )
                 api_key = "not-needed"
-            self.client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0,
-                                      timeout=timeout)
+            self.client = AsyncOpenAI(
+                api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout
+            )
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         options = {**self.default_options, **request.options}
@@ -122,8 +139,10 @@ class OpenAIModel(ProviderModel):
         params = self._params(request)  # errors here come out of the stream, not stream()
         params["stream"] = True
         params.setdefault("stream_options", {"include_usage": True})
-        events = cast(openai.AsyncStream[ChatCompletionChunk],
-                      await self.client.chat.completions.create(**params))
+        events = cast(
+            openai.AsyncStream[ChatCompletionChunk],
+            await self.client.chat.completions.create(**params),
+        )
         sent = False
         try:
             async for event in events:
@@ -143,8 +162,11 @@ class OpenAIModel(ProviderModel):
 
 def _classify(exc: Exception) -> Failure | None:
     if isinstance(exc, openai.APIStatusError):
-        return Failure.http(exc.status_code, error_detail(exc.body, exc.message),
-                            retry_after_seconds(exc.response.headers))
+        return Failure.http(
+            exc.status_code,
+            error_detail(exc.body, exc.message),
+            retry_after_seconds(exc.response.headers),
+        )
     if isinstance(exc, openai.APIConnectionError):  # timeouts included
         cause = exc.__cause__
         return Failure.connection_error(f"{exc.message} {cause}" if cause else exc.message)
@@ -160,10 +182,13 @@ def _classify(exc: Exception) -> Failure | None:
 
 def to_openai_tools(tools: Iterable[ToolSpec]) -> list[Json]:
     """ToolSpecs as Chat Completions ``tools``."""
-    return [{"type": "function",
-             "function": {"name": t.name, "description": t.description,
-                          "parameters": t.parameters}}
-            for t in tools]
+    return [
+        {
+            "type": "function",
+            "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+        }
+        for t in tools
+    ]
 
 
 def _data_url(blob: Blob) -> str:
@@ -175,16 +200,25 @@ def _attachment_part(blob: Blob, provider: str) -> Json:
     if mime.startswith("image/"):
         return {"type": "image_url", "image_url": {"url": _data_url(blob)}}
     if mime == "application/pdf":
-        return {"type": "file",
-                "file": {"file_data": _data_url(blob), "filename": blob.name or "document.pdf"}}
+        return {
+            "type": "file",
+            "file": {"file_data": _data_url(blob), "filename": blob.name or "document.pdf"},
+        }
     if mime in _AUDIO_FORMATS:
-        return {"type": "input_audio",
-                "input_audio": {"data": base64.b64encode(blob.data).decode("ascii"),
-                                "format": _AUDIO_FORMATS[mime]}}
+        return {
+            "type": "input_audio",
+            "input_audio": {
+                "data": base64.b64encode(blob.data).decode("ascii"),
+                "format": _AUDIO_FORMATS[mime],
+            },
+        }
     if mime.startswith("text/"):
         return {"type": "text", "text": blob.data.decode("utf-8", errors="replace")}
-    raise ModelError(f"{provider}: cannot send an attachment of type {blob.mime_type!r} "
-                     "(supported: images, PDF, WAV/MP3 audio, text)", provider=provider)
+    raise ModelError(
+        f"{provider}: cannot send an attachment of type {blob.mime_type!r} "
+        "(supported: images, PDF, WAV/MP3 audio, text)",
+        provider=provider,
+    )
 
 
 def to_openai_messages(messages: Iterable[Message], provider: str = "openai") -> list[Json]:
@@ -204,16 +238,20 @@ def to_openai_messages(messages: Iterable[Message], provider: str = "openai") ->
             item: Json = {"role": "assistant", "content": msg.content or None}
             if msg.tool_calls:
                 item["tool_calls"] = [
-                    {"id": c.id, "type": "function",
-                     "function": {"name": c.name, "arguments": c.arguments or "{}"}}
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments or "{}"},
+                    }
                     for c in msg.tool_calls
                 ]
             elif not msg.content:
                 item["content"] = ""
             out.append(item)
         else:
-            out.append({"role": "tool", "tool_call_id": msg.tool_call_id or "",
-                        "content": msg.content})
+            out.append(
+                {"role": "tool", "tool_call_id": msg.tool_call_id or "", "content": msg.content}
+            )
     return out
 
 
@@ -253,8 +291,14 @@ def from_openai_chunk(event: ChatCompletionChunk) -> Message | None:
         text = delta.content or ""
         for frag in delta.tool_calls or []:
             fn = frag.function
-            calls.append(ToolCall(frag.id or "", (fn.name if fn else None) or "",
-                                  (fn.arguments if fn else None) or "", frag.index))
+            calls.append(
+                ToolCall(
+                    frag.id or "",
+                    (fn.name if fn else None) or "",
+                    (fn.arguments if fn else None) or "",
+                    frag.index,
+                )
+            )
     metadata = _usage(event.usage)
     if not text and not calls and not metadata:
         return None

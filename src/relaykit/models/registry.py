@@ -30,8 +30,7 @@ class _Provider:
 
 
 PROVIDERS: dict[str, _Provider] = {
-    "anthropic": _Provider("relaykit.models.anthropic", "AnthropicModel", "anthropic",
-                           "anthropic"),
+    "anthropic": _Provider("relaykit.models.anthropic", "AnthropicModel", "anthropic", "anthropic"),
     "gemini": _Provider("relaykit.models.gemini", "GeminiModel", "gemini", "google"),
     "openai": _Provider("relaykit.models.openai", "OpenAIModel", "openai", "openai"),
     "openai-compatible": _Provider("relaykit.models.openai", "OpenAIModel", "openai", "openai"),
@@ -55,8 +54,9 @@ def load_model_class(provider: str) -> type[ProviderModel]:
     """
     entry = PROVIDERS.get(provider)
     if entry is None:
-        raise ConfigurationError(f"unknown model provider {provider!r}; known providers: "
-                                 f"{_known()}")
+        raise ConfigurationError(
+            f"unknown model provider {provider!r}; known providers: {_known()}"
+        )
     try:
         module = importlib.import_module(entry.module)
     except ModuleNotFoundError as exc:
@@ -96,8 +96,9 @@ known providers: anthropic, gemini, openai, openai-compatible
             f"'openai:gpt-4o-mini' (known providers: {_known()})"
         )
     if provider not in PROVIDERS:
-        raise ConfigurationError(f"unknown model provider {provider!r} in {spec!r}; known "
-                                 f"providers: {_known()}")
+        raise ConfigurationError(
+            f"unknown model provider {provider!r} in {spec!r}; known providers: {_known()}"
+        )
     if provider == "openai-compatible":
         match = _COMPATIBLE.fullmatch(rest)
         if match is None:

@@ -34,8 +34,13 @@ class ScriptedModel:
         record_requests: keep a copy of every request in ``requests``.
     """
 
-    def __init__(self, responses: Iterable[ScriptedResponse], *, name: str = "scripted",
-                 record_requests: bool = True) -> None:
+    def __init__(
+        self,
+        responses: Iterable[ScriptedResponse],
+        *,
+        name: str = "scripted",
+        record_requests: bool = True,
+    ) -> None:
         self._responses: Iterator[ScriptedResponse] = iter(responses)
         #: The model's name.
         self.name = name
@@ -46,8 +51,9 @@ class ScriptedModel:
     def _next(self, request: ModelRequest) -> Message:
         if self._record:
             # Snapshot: the caller may keep appending to its message list.
-            self.requests.append(ModelRequest(list(request.messages), list(request.tools),
-                                              dict(request.options)))
+            self.requests.append(
+                ModelRequest(list(request.messages), list(request.tools), dict(request.options))
+            )
         try:
             item = next(self._responses)
         except StopIteration:

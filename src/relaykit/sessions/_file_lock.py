@@ -49,8 +49,7 @@ def _try_lock(path: Path) -> int | None:
         except FileNotFoundError:
             current = None
         held = os.fstat(fd)
-        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev,
-                                                                        held.st_ino):
+        if current is not None and (current.st_dev, current.st_ino) == (held.st_dev, held.st_ino):
             return fd
         # The previous holder removed this file after we opened it: not the lock anymore.
         os.close(fd)

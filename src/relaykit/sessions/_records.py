@@ -61,8 +61,7 @@ STATE_FORMAT: Final = "relaykit/session-state"
 
 StoredScope = Literal["app", "user", "session"]
 _SCOPE_ORDER: Final = {"app": 0, "user": 1, "session": 2, "temp": 3}
-_PREFIXES: Final[dict[StoredScope, str]] = {"app": APP_PREFIX, "user": USER_PREFIX,
-                                            "session": ""}
+_PREFIXES: Final[dict[StoredScope, str]] = {"app": APP_PREFIX, "user": USER_PREFIX, "session": ""}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +75,11 @@ class SessionRef:
     @classmethod
     def of(cls, app_name: object, user_id: object, session_id: object) -> SessionRef:
         """The reference, or ``SessionStoreError`` naming the invalid argument."""
-        return cls(validate_session_name(app_name, "app_name"),
-                   validate_session_name(user_id, "user_id"),
-                   validate_session_name(session_id, "session_id"))
+        return cls(
+            validate_session_name(app_name, "app_name"),
+            validate_session_name(user_id, "user_id"),
+            validate_session_name(session_id, "session_id"),
+        )
 
     def __str__(self) -> str:
         return f"session {self.session_id!r} (app {self.app_name!r}, user {self.user_id!r})"
@@ -99,13 +100,15 @@ class SessionRef:
     def not_found(self, doing: str) -> SessionNotFoundError:
         """The error for an operation on a session that does not exist."""
         return SessionNotFoundError(
-            f"cannot {doing} {self}: no such session (create it with create_session)")
+            f"cannot {doing} {self}: no such session (create it with create_session)"
+        )
 
     def busy(self, timeout: float) -> SessionBusyError:
         """The error for a lock that another turn held for longer than ``timeout``."""
         return SessionBusyError(
             f"{self} is busy: another turn held it for longer than the {timeout:g} s wait. "
-            "Retry once that turn has ended")
+            "Retry once that turn has ended"
+        )
 
 
 def _digest(*parts: str) -> bytes:
@@ -148,7 +151,7 @@ def prepare_state(state: Mapping[str, Any], ref: SessionRef) -> list[StateWrite]
             stored = decode_value(data, key, ref)
         except SerializationError as exc:
             raise SerializationError(f"cannot store {exc}") from None
-        writes.append(StateWrite(scope, key[len(_PREFIXES[scope]):], stored, data))
+        writes.append(StateWrite(scope, key[len(_PREFIXES[scope]) :], stored, data))
     writes.sort(key=lambda w: (w.scope, w.name))
     return writes
 
@@ -192,9 +195,12 @@ def prepare_append(session: object, event: object) -> PreparedAppend:
     writes = prepare_state(event.state_delta, ref)
     now = time.time()
     stored = dataclasses.replace(
-        event, id=event.id or uuid.uuid4().hex, timestamp=float(timestamp) or now,
+        event,
+        id=event.id or uuid.uuid4().hex,
+        timestamp=float(timestamp) or now,
         # A fresh dict: the stored delta is the scoped one, without temp: keys.
-        state_delta={write.key: write.value for write in writes})
+        state_delta={write.key: write.value for write in writes},
+    )
     data = dumps(stored, kind=EVENT_FORMAT)
     try:
         loaded = decode_event(data, stored.id, ref)
@@ -208,7 +214,8 @@ def unknown_summary_end(appended: PreparedAppend) -> SessionStoreError:
     assert appended.covers is not None
     return SessionStoreError(
         f"cannot append compaction summary {appended.event.id!r} to {appended.ref}: the event "
-        f"it ends with, {appended.covers[1]!r}, is not in the session")
+        f"it ends with, {appended.covers[1]!r}, is not in the session"
+    )
 
 
 def deadline_after(timeout: float) -> float | None:
@@ -248,8 +255,9 @@ def decode_event(data: object, event_id: str, ref: SessionRef) -> SessionEvent:
     what = f"event {event_id!r} of {ref}"
     event = loads(_as_bytes(data, what), kind=EVENT_FORMAT, what=what)
     if not isinstance(event, SessionEvent):
-        raise SerializationError(f"{what} is not a session event (it holds a "
-                                 f"{type(event).__name__})")
+        raise SerializationError(
+            f"{what} is not a session event (it holds a {type(event).__name__})"
+        )
     if event.id != event_id:
         raise SerializationError(f"{what} holds another event's id")
     return event
@@ -259,6 +267,5 @@ def _as_bytes(data: object, what: str) -> bytes:
     # Drivers return BLOB/BYTEA columns as bytes or memoryview; a row written by hand can hold
     # text (SQLite columns take any type).
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise SerializationError(f"{what} is corrupt (stored as {type(data).__name__}, "
-                                 "not bytes)")
+        raise SerializationError(f"{what} is corrupt (stored as {type(data).__name__}, not bytes)")
     return bytes(data)

@@ -138,8 +138,13 @@ class SessionService(Protocol):
         session_id: the session's id within the app and user.
     """
 
-    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
-                             state: Mapping[str, Any] | None = None) -> Session:
+    async def create_session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> Session:
         """Create a session and return it (no events, its merged state).
 
         ``SessionExistsError`` if the id is taken.
@@ -154,8 +159,7 @@ class SessionService(Protocol):
         """
         ...
 
-    async def get_session(self, app_name: str, user_id: str,
-                          session_id: str) -> Session | None:
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
         """The session with every stored event in order and its merged state, or None."""
         ...
 
@@ -189,8 +193,9 @@ class SessionService(Protocol):
         """
         ...
 
-    async def load_history(self, app_name: str, user_id: str,
-                           session_id: str) -> list[SessionEvent]:
+    async def load_history(
+        self, app_name: str, user_id: str, session_id: str
+    ) -> list[SessionEvent]:
         """The events an agent's history needs: the latest compaction summary followed by the
         events after the last one it covers; every event when there is no summary.
 
@@ -198,8 +203,9 @@ class SessionService(Protocol):
         """
         ...
 
-    async def set_checkpoint(self, app_name: str, user_id: str, session_id: str,
-                             data: bytes | None) -> None:
+    async def set_checkpoint(
+        self, app_name: str, user_id: str, session_id: str, data: bytes | None
+    ) -> None:
         """Store the session's pause, replacing any, or delete it.
 
         ``SessionNotFoundError`` when storing one for a session that does not exist.
@@ -212,13 +218,13 @@ class SessionService(Protocol):
         """
         ...
 
-    async def get_checkpoint(self, app_name: str, user_id: str,
-                             session_id: str) -> bytes | None:
+    async def get_checkpoint(self, app_name: str, user_id: str, session_id: str) -> bytes | None:
         """The session's pause, or None."""
         ...
 
-    def lock(self, app_name: str, user_id: str, session_id: str, *,
-             timeout: float) -> AbstractAsyncContextManager[None]:
+    def lock(
+        self, app_name: str, user_id: str, session_id: str, *, timeout: float
+    ) -> AbstractAsyncContextManager[None]:
         """Hold the session's turn lock for an ``async with`` block, across tasks and processes.
 
         Released when the block ends, and when the holder's process dies. Not reentrant; does
@@ -281,7 +287,8 @@ def _check_text(value: object, what: str, *, allow_empty: bool = False) -> str:
     if (not value and not allow_empty) or len(value) > MAX_NAME_LENGTH:
         raise SessionStoreError(
             f"{what} must have {0 if allow_empty else 1} to {MAX_NAME_LENGTH} characters "
-            f"(got {len(value)})")
+            f"(got {len(value)})"
+        )
     if "\x00" in value:
         # PostgreSQL text cannot hold NUL, and the ids are joined with NUL to hash them.
         raise SessionStoreError(f"{what} must not contain NUL characters")
@@ -289,7 +296,8 @@ def _check_text(value: object, what: str, *, allow_empty: bool = False) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise SessionStoreError(
-            f"{what} must encode as UTF-8 (it contains an unpaired surrogate)") from None
+            f"{what} must encode as UTF-8 (it contains an unpaired surrogate)"
+        ) from None
     return value
 
 
@@ -331,8 +339,9 @@ def validate_lock_timeout(timeout: object) -> float:
     5.0
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"the lock timeout must be a number of seconds, not "
-                        f"{type(timeout).__name__}")
+        raise TypeError(
+            f"the lock timeout must be a number of seconds, not {type(timeout).__name__}"
+        )
     seconds = float(timeout)
     if math.isnan(seconds) or seconds < 0:
         raise ValueError("the lock timeout must be a number of seconds >= 0")

@@ -70,10 +70,16 @@ try:
 except ImportError:  # pragma: no cover - depends on the installed extras
     raise ConfigurationError(
         "DatabaseSessionService needs SQLAlchemy and Alembic: pip install 'relaykit[sql]' "
-        "(SQLite) or 'relaykit[postgres]' (PostgreSQL)") from None
+        "(SQLite) or 'relaykit[postgres]' (PostgreSQL)"
+    ) from None
 
-__all__ = ["CHECKPOINTS_TABLE", "EVENTS_TABLE", "SESSIONS_TABLE", "STATE_TABLE",
-           "DatabaseSessionService"]
+__all__ = [
+    "CHECKPOINTS_TABLE",
+    "EVENTS_TABLE",
+    "SESSIONS_TABLE",
+    "STATE_TABLE",
+    "DatabaseSessionService",
+]
 
 SESSIONS_TABLE: Final = "relaykit_sessions"
 EVENTS_TABLE: Final = "relaykit_session_events"
@@ -87,7 +93,8 @@ _MAX_IDLE_LOCK_CONNECTIONS: Final = 8
 _PK = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _metadata = sa.MetaData()
 _sessions = sa.Table(
-    SESSIONS_TABLE, _metadata,
+    SESSIONS_TABLE,
+    _metadata,
     sa.Column("pk", _PK, primary_key=True, autoincrement=True),
     # SHA-256 of (app name, user id, session id): SessionRef.owner("session").
     sa.Column("session_key", sa.LargeBinary(32), nullable=False, unique=True),
@@ -102,14 +109,16 @@ _sessions = sa.Table(
     sa.Column("last_update_time", sa.Double(), nullable=False),
 )
 _events = sa.Table(
-    EVENTS_TABLE, _metadata,
+    EVENTS_TABLE,
+    _metadata,
     sa.Column("session_pk", _PK, primary_key=True, autoincrement=False),
     sa.Column("seq", sa.Integer(), primary_key=True, autoincrement=False),
     sa.Column("event_id", sa.Text(), nullable=False),
     sa.Column("data", sa.LargeBinary(), nullable=False),
 )
 _state = sa.Table(
-    STATE_TABLE, _metadata,
+    STATE_TABLE,
+    _metadata,
     # SHA-256 of the scope and the names of the app, the user or the session (SessionRef.owner).
     sa.Column("owner", sa.LargeBinary(32), primary_key=True),
     sa.Column("key", sa.Text(), primary_key=True),  # with its prefix, as Session.state shows it
@@ -120,7 +129,8 @@ _state = sa.Table(
     sa.Column("value", sa.LargeBinary(), nullable=False),
 )
 _checkpoints = sa.Table(
-    CHECKPOINTS_TABLE, _metadata,
+    CHECKPOINTS_TABLE,
+    _metadata,
     sa.Column("session_pk", _PK, primary_key=True, autoincrement=False),
     sa.Column("data", sa.LargeBinary(), nullable=False),
 )
@@ -136,41 +146,53 @@ def _param(name: str) -> sa.BindParameter[Any]:
 _FIND_SESSION = sa.select(_s.pk).where(_s.session_key == _param("key"))
 _FIND_SESSION_KEY_SHARE = _FIND_SESSION.with_for_update(key_share=True)
 _READ_SESSION = sa.select(_s.pk, _s.last_update_time, _s.summary_seq, _s.history_from_seq).where(
-    _s.session_key == _param("key"))
+    _s.session_key == _param("key")
+)
 _BUMP_SESSION = (
-    sa.update(_sessions).where(_s.session_key == _param("key"))
+    sa.update(_sessions)
+    .where(_s.session_key == _param("key"))
     .values(last_seq=_s.last_seq + sa.literal_column("1"), last_update_time=_param("now"))
-    .returning(_s.pk, _s.last_seq))
+    .returning(_s.pk, _s.last_seq)
+)
 _INSERT_EVENT = sa.insert(_events)
-_SUMMARY_END = sa.select(sa.func.max(_e.seq)).where(_e.session_pk == _param("pk"),
-                                                    _e.event_id == _param("end"))
-_SET_SUMMARY = (sa.update(_sessions).where(_s.pk == _param("session"))
-                .values(summary_seq=_param("summary"), history_from_seq=_param("end")))
-_ALL_EVENTS = (sa.select(_e.seq, _e.event_id, _e.data).where(_e.session_pk == _param("pk"))
-               .order_by(_e.seq))
-_EVENTS_AFTER = (sa.select(_e.seq, _e.event_id, _e.data)
-                 .where(_e.session_pk == _param("pk"), _e.seq > _param("after"))
-                 .order_by(_e.seq))
+_SUMMARY_END = sa.select(sa.func.max(_e.seq)).where(
+    _e.session_pk == _param("pk"), _e.event_id == _param("end")
+)
+_SET_SUMMARY = (
+    sa.update(_sessions)
+    .where(_s.pk == _param("session"))
+    .values(summary_seq=_param("summary"), history_from_seq=_param("end"))
+)
+_ALL_EVENTS = (
+    sa.select(_e.seq, _e.event_id, _e.data).where(_e.session_pk == _param("pk")).order_by(_e.seq)
+)
+_EVENTS_AFTER = (
+    sa.select(_e.seq, _e.event_id, _e.data)
+    .where(_e.session_pk == _param("pk"), _e.seq > _param("after"))
+    .order_by(_e.seq)
+)
 _READ_STATE = sa.select(_st.key, _st.value).where(
-    _st.owner.in_([_param("app"), _param("user"), _param("session")]))
-_SHARED_STATE = sa.select(_st.key, _st.value).where(
-    _st.owner.in_([_param("app"), _param("user")]))
+    _st.owner.in_([_param("app"), _param("user"), _param("session")])
+)
+_SHARED_STATE = sa.select(_st.key, _st.value).where(_st.owner.in_([_param("app"), _param("user")]))
 _LIST_SESSIONS = (
     sa.select(_s.session_id, _s.last_update_time, _st.key, _st.value)
     .select_from(_sessions.outerjoin(_state, _st.owner == _s.session_key))
     .where(_s.app_name == _param("app_name"), _s.user_id == _param("user_id"))
-    .order_by(_s.pk))
-_DELETE_SESSION = (sa.delete(_sessions).where(_s.session_key == _param("key"))
-                   .returning(_s.pk))
+    .order_by(_s.pk)
+)
+_DELETE_SESSION = sa.delete(_sessions).where(_s.session_key == _param("key")).returning(_s.pk)
 _DELETE_EVENTS = sa.delete(_events).where(_e.session_pk == _param("pk"))
 _DELETE_CHECKPOINT = sa.delete(_checkpoints).where(_cp.session_pk == _param("pk"))
 _DELETE_OWN_STATE = sa.delete(_state).where(_st.owner == _param("owner"))
 _DELETE_CHECKPOINT_OF = sa.delete(_checkpoints).where(
-    _cp.session_pk.in_(sa.select(_s.pk).where(_s.session_key == _param("key"))
-                       .scalar_subquery()))
-_GET_CHECKPOINT = (sa.select(_cp.data)
-                   .select_from(_checkpoints.join(_sessions, _cp.session_pk == _s.pk))
-                   .where(_s.session_key == _param("key")))
+    _cp.session_pk.in_(sa.select(_s.pk).where(_s.session_key == _param("key")).scalar_subquery())
+)
+_GET_CHECKPOINT = (
+    sa.select(_cp.data)
+    .select_from(_checkpoints.join(_sessions, _cp.session_pk == _s.pk))
+    .where(_s.session_key == _param("key"))
+)
 _TRY_ADVISORY_LOCK = sa.select(sa.func.pg_try_advisory_lock(_param("key")))
 _ADVISORY_UNLOCK = sa.select(sa.func.pg_advisory_unlock(_param("key")))
 
@@ -183,10 +205,12 @@ def _dialect_statements(backend: str) -> tuple[sa.Executable, sa.Executable, sa.
     checkpoint = insert(_checkpoints)
     return (
         create.returning(_s.pk),
-        state.on_conflict_do_update(index_elements=[_st.owner, _st.key],
-                                    set_={"value": state.excluded.value}),
-        checkpoint.on_conflict_do_update(index_elements=[_cp.session_pk],
-                                         set_={"data": checkpoint.excluded.data}),
+        state.on_conflict_do_update(
+            index_elements=[_st.owner, _st.key], set_={"value": state.excluded.value}
+        ),
+        checkpoint.on_conflict_do_update(
+            index_elements=[_cp.session_pk], set_={"data": checkpoint.excluded.data}
+        ),
     )
 
 
@@ -229,7 +253,8 @@ class DatabaseSessionService:
         self._backend = self._engine.dialect.name
         self._lock_dir = _lock_folder(self._engine, owner) if self._backend == "sqlite" else None
         self._create, self._upsert_state, self._upsert_checkpoint = _dialect_statements(
-            self._backend)
+            self._backend
+        )
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
         self._local_locks = KeyedLocks()
@@ -281,39 +306,59 @@ class DatabaseSessionService:
         async with self._engine.begin() as conn:
             yield conn
 
-    async def _write_state(self, conn: AsyncConnection, ref: SessionRef,
-                           writes: list[StateWrite]) -> None:
+    async def _write_state(
+        self, conn: AsyncConnection, ref: SessionRef, writes: list[StateWrite]
+    ) -> None:
         if writes:
             await _CoreStatements(conn, self._upsert_state).upsert_state(_state_rows(ref, writes))
 
     @staticmethod
     def _owners(ref: SessionRef) -> dict[str, bytes]:
-        return {"app": ref.owner("app"), "user": ref.owner("user"),
-                "session": ref.owner("session")}
+        return {"app": ref.owner("app"), "user": ref.owner("user"), "session": ref.owner("session")}
 
     # -- sessions -----------------------------------------------------------------------------
-    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
-                             state: Mapping[str, Any] | None = None) -> Session:
+    async def create_session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> Session:
         """Create a session (see ``SessionService.create_session``)."""
-        ref = SessionRef.of(app_name, user_id,
-                            uuid.uuid4().hex if session_id is None else session_id)
+        ref = SessionRef.of(
+            app_name, user_id, uuid.uuid4().hex if session_id is None else session_id
+        )
         writes = prepare_state(state or {}, ref)
         now = time.time()
         with _StorageFailures("create", ref, self._engine):
             async with self._writing() as conn:
-                created = (await conn.execute(self._create, {
-                    "session_key": ref.owner("session"), "app_name": ref.app_name,
-                    "user_id": ref.user_id, "session_id": ref.session_id, "last_seq": 0,
-                    "last_update_time": now})).first()
+                created = (
+                    await conn.execute(
+                        self._create,
+                        {
+                            "session_key": ref.owner("session"),
+                            "app_name": ref.app_name,
+                            "user_id": ref.user_id,
+                            "session_id": ref.session_id,
+                            "last_seq": 0,
+                            "last_update_time": now,
+                        },
+                    )
+                ).first()
                 if created is None:
                     raise SessionExistsError(f"cannot create {ref}: the id is taken")
                 await self._write_state(conn, ref, writes)
                 rows = (await conn.execute(_READ_STATE, self._owners(ref))).all()
-        return Session(ref.app_name, ref.user_id, ref.session_id,
-                       merged_state(((key, value) for key, value in rows), ref), [], now)
+        return Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            merged_state(((key, value) for key, value in rows), ref),
+            [],
+            now,
+        )
 
-    async def get_session(self, app_name: str, user_id: str,
-                          session_id: str) -> Session | None:
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
         """The session with every stored event in order and its merged state, or None."""
         ref = SessionRef.of(app_name, user_id, session_id)
         with _StorageFailures("read", ref, self._engine):
@@ -323,36 +368,47 @@ class DatabaseSessionService:
                     return None
                 events = (await conn.execute(_ALL_EVENTS, {"pk": found.pk})).all()
                 state = (await conn.execute(_READ_STATE, self._owners(ref))).all()
-        return Session(ref.app_name, ref.user_id, ref.session_id,
-                       merged_state(((key, value) for key, value in state), ref),
-                       [decode_event(data, event_id, ref) for _, event_id, data in events],
-                       found.last_update_time)
+        return Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            merged_state(((key, value) for key, value in state), ref),
+            [decode_event(data, event_id, ref) for _, event_id, data in events],
+            found.last_update_time,
+        )
 
     async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
         """The user's sessions of the app, oldest first, with their state but no events."""
         app_name = validate_session_name(app_name, "app_name")
         user_id = validate_session_name(user_id, "user_id")
-        with _StorageFailures(f"list the sessions of user {user_id!r} of app {app_name!r}",
-                              None, self._engine):
+        with _StorageFailures(
+            f"list the sessions of user {user_id!r} of app {app_name!r}", None, self._engine
+        ):
             async with self._reading() as conn:
                 probe = SessionRef(app_name, user_id, "")
-                shared = (await conn.execute(_SHARED_STATE, {
-                    "app": probe.owner("app"), "user": probe.owner("user")})).all()
-                rows = (await conn.execute(_LIST_SESSIONS, {"app_name": app_name,
-                                                            "user_id": user_id})).all()
+                shared = (
+                    await conn.execute(
+                        _SHARED_STATE, {"app": probe.owner("app"), "user": probe.owner("user")}
+                    )
+                ).all()
+                rows = (
+                    await conn.execute(_LIST_SESSIONS, {"app_name": app_name, "user_id": user_id})
+                ).all()
         sessions: dict[str, Session] = {}
         own: dict[str, list[tuple[str, object]]] = {}
         for session_id, last_update_time, key, value in rows:
             if session_id not in sessions:
-                sessions[session_id] = Session(app_name, user_id, session_id, {}, [],
-                                               last_update_time)
+                sessions[session_id] = Session(
+                    app_name, user_id, session_id, {}, [], last_update_time
+                )
                 own[session_id] = []
             if key is not None:
                 own[session_id].append((key, value))
         for session_id, session in sessions.items():
             ref = SessionRef(app_name, user_id, session_id)
-            session.state = merged_state([*((key, value) for key, value in shared),
-                                          *own[session_id]], ref)
+            session.state = merged_state(
+                [*((key, value) for key, value in shared), *own[session_id]], ref
+            )
         return list(sessions.values())
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
@@ -362,8 +418,9 @@ class DatabaseSessionService:
             async with self._writing() as conn:
                 # The session row first: on PostgreSQL this waits for an append in progress
                 # (it holds the row), whose event the deletes below then see.
-                deleted = (await conn.execute(_DELETE_SESSION,
-                                              {"key": ref.owner("session")})).first()
+                deleted = (
+                    await conn.execute(_DELETE_SESSION, {"key": ref.owner("session")})
+                ).first()
                 if deleted is not None:
                     await conn.execute(_DELETE_EVENTS, {"pk": deleted.pk})
                     await conn.execute(_DELETE_CHECKPOINT, {"pk": deleted.pk})
@@ -413,8 +470,9 @@ class DatabaseSessionService:
                 raise
             await db.commit()
 
-    async def load_history(self, app_name: str, user_id: str,
-                           session_id: str) -> list[SessionEvent]:
+    async def load_history(
+        self, app_name: str, user_id: str, session_id: str
+    ) -> list[SessionEvent]:
         """The latest summary and the events after the range it covers, or every event."""
         ref = SessionRef.of(app_name, user_id, session_id)
         with _StorageFailures("load the history of", ref, self._engine):
@@ -427,14 +485,18 @@ class DatabaseSessionService:
                 else:
                     # The summary was appended after the last event it covers, so it is in
                     # this one range of the primary key; it goes first.
-                    after = (await conn.execute(_EVENTS_AFTER, {
-                        "pk": found.pk, "after": found.history_from_seq})).all()
+                    after = (
+                        await conn.execute(
+                            _EVENTS_AFTER, {"pk": found.pk, "after": found.history_from_seq}
+                        )
+                    ).all()
                     rows = sorted(after, key=lambda row: row.seq != found.summary_seq)
         return [decode_event(data, event_id, ref) for _, event_id, data in rows]
 
     # -- pauses -------------------------------------------------------------------------------
-    async def set_checkpoint(self, app_name: str, user_id: str, session_id: str,
-                             data: bytes | None) -> None:
+    async def set_checkpoint(
+        self, app_name: str, user_id: str, session_id: str, data: bytes | None
+    ) -> None:
         """Store the session's pause, or delete it (``None``)."""
         ref = SessionRef.of(app_name, user_id, session_id)
         payload = check_pause(data)
@@ -445,25 +507,25 @@ class DatabaseSessionService:
                     return
                 # FOR KEY SHARE: a concurrent delete_session waits for this save, then deletes
                 # the pause too (SQLite serialises write transactions anyway).
-                pk = (await conn.execute(_FIND_SESSION_KEY_SHARE,
-                                         {"key": ref.owner("session")})).scalar()
+                pk = (
+                    await conn.execute(_FIND_SESSION_KEY_SHARE, {"key": ref.owner("session")})
+                ).scalar()
                 if pk is None:
                     raise ref.not_found("save the pause of")
                 await conn.execute(self._upsert_checkpoint, {"session_pk": pk, "data": payload})
 
-    async def get_checkpoint(self, app_name: str, user_id: str,
-                             session_id: str) -> bytes | None:
+    async def get_checkpoint(self, app_name: str, user_id: str, session_id: str) -> bytes | None:
         """The session's pause, or None."""
         ref = SessionRef.of(app_name, user_id, session_id)
         with _StorageFailures("read the pause of", ref, self._engine):
             async with self._reading() as conn:
-                data = (await conn.execute(_GET_CHECKPOINT,
-                                           {"key": ref.owner("session")})).scalar()
+                data = (await conn.execute(_GET_CHECKPOINT, {"key": ref.owner("session")})).scalar()
         return bytes(data) if data is not None else None
 
     # -- the turn lock ------------------------------------------------------------------------
-    def lock(self, app_name: str, user_id: str, session_id: str, *,
-             timeout: float) -> AbstractAsyncContextManager[None]:
+    def lock(
+        self, app_name: str, user_id: str, session_id: str, *, timeout: float
+    ) -> AbstractAsyncContextManager[None]:
         """The session's turn lock across tasks and processes (see ``SessionService.lock``).
 
         Tasks of this process queue on an ``asyncio.Lock`` per session first; the one at the
@@ -484,16 +546,20 @@ class DatabaseSessionService:
         except TimeoutError:
             raise ref.busy(timeout) from None
         try:
-            shared = (self._advisory_lock(ref, timeout, deadline) if self._lock_dir is None
-                      else self._file_lock(ref, timeout, deadline, self._lock_dir))
+            shared = (
+                self._advisory_lock(ref, timeout, deadline)
+                if self._lock_dir is None
+                else self._file_lock(ref, timeout, deadline, self._lock_dir)
+            )
             async with shared:
                 yield
         finally:
             self._local_locks.release(ref)
 
     @asynccontextmanager
-    async def _file_lock(self, ref: SessionRef, timeout: float, deadline: float | None,
-                         folder: Path) -> AsyncIterator[None]:
+    async def _file_lock(
+        self, ref: SessionRef, timeout: float, deadline: float | None, folder: Path
+    ) -> AsyncIterator[None]:
         path = folder / f"{ref.lock_name().hex()}.lock"
         with _StorageFailures("lock", ref, self._engine):
             try:
@@ -507,8 +573,9 @@ class DatabaseSessionService:
                 release_file_lock(fd, path)
 
     @asynccontextmanager
-    async def _advisory_lock(self, ref: SessionRef, timeout: float,
-                             deadline: float | None) -> AsyncIterator[None]:
+    async def _advisory_lock(
+        self, ref: SessionRef, timeout: float, deadline: float | None
+    ) -> AsyncIterator[None]:
         key = int.from_bytes(ref.lock_name()[:8], "big", signed=True)
 
         async def attempt() -> bool:
@@ -538,8 +605,7 @@ class DatabaseSessionService:
                 # Only a connection known to hold no lock anymore may serve again; otherwise
                 # closing it below releases the lock whatever state it is in.
                 with contextlib.suppress(Exception):
-                    reusable = bool((await conn.execute(_ADVISORY_UNLOCK,
-                                                        {"key": key})).scalar())
+                    reusable = bool((await conn.execute(_ADVISORY_UNLOCK, {"key": key})).scalar())
         finally:
             if reusable and len(self._idle_lock_connections) < _MAX_IDLE_LOCK_CONNECTIONS:
                 self._idle_lock_connections.append(conn)
@@ -577,8 +643,12 @@ class DatabaseSessionService:
         await self.open()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
 
@@ -601,11 +671,12 @@ def _lock_folder(engine: AsyncEngine, owner: str) -> Path:
     process may change its working directory later)."""
     database = engine.url.database or ""
     if database.startswith("file:"):  # a URI filename (?uri=true)
-        database = database[len("file:"):].partition("?")[0]
+        database = database[len("file:") :].partition("?")[0]
     if database in ("", ":memory:") or engine.url.query.get("mode") == "memory":
         raise ConfigurationError(
             f"{owner}: an in-memory SQLite database cannot be shared safely by concurrent "
-            "tasks; use a file (sqlite+aiosqlite:///path.db), or InMemorySessionService")
+            "tasks; use a file (sqlite+aiosqlite:///path.db), or InMemorySessionService"
+        )
     return Path(os.path.abspath(database + ".locks"))
 
 
@@ -628,12 +699,18 @@ async def _append(statements: _AppendStatements, appended: PreparedAppend) -> No
 
 def _state_rows(ref: SessionRef, writes: list[StateWrite]) -> list[dict[str, Any]]:
     """The rows of ``writes``, in their (sorted) order: see prepare_state on deadlocks."""
-    return [{"owner": ref.owner(write.scope), "key": write.key, "scope": write.scope,
-             "app_name": ref.app_name,
-             "user_id": ref.user_id if write.scope != "app" else "",
-             "session_id": ref.session_id if write.scope == "session" else "",
-             "value": write.data}
-            for write in writes]
+    return [
+        {
+            "owner": ref.owner(write.scope),
+            "key": write.key,
+            "scope": write.scope,
+            "app_name": ref.app_name,
+            "user_id": ref.user_id if write.scope != "app" else "",
+            "session_id": ref.session_id if write.scope == "session" else "",
+            "value": write.data,
+        }
+        for write in writes
+    ]
 
 
 class _AppendStatements(Protocol):
@@ -679,12 +756,15 @@ class _CoreStatements:
         return end
 
     async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
-        await self._conn.execute(_SET_SUMMARY, {"session": session_pk, "summary": summary_seq,
-                                                "end": end_seq})
+        await self._conn.execute(
+            _SET_SUMMARY, {"session": session_pk, "summary": summary_seq, "end": end_seq}
+        )
 
     async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
-        await self._conn.execute(_INSERT_EVENT, {"session_pk": session_pk, "seq": seq,
-                                                 "event_id": event_id, "data": data})
+        await self._conn.execute(
+            _INSERT_EVENT,
+            {"session_pk": session_pk, "seq": seq, "event_id": event_id, "data": data},
+        )
 
     async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
         await self._conn.execute(self._upsert, rows)
@@ -733,8 +813,9 @@ class _SqliteStatements:
         return end
 
     async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
-        await self._rows(self._sql.set_summary, {"session": session_pk,
-                                                 "summary": summary_seq, "end": end_seq})
+        await self._rows(
+            self._sql.set_summary, {"session": session_pk, "summary": summary_seq, "end": end_seq}
+        )
 
     async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
         sql, _ = self._sql.insert_event  # compiled with the table's columns, in this order
@@ -764,8 +845,12 @@ class _StorageFailures:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayKitError):
             return
         what = self._operation if self._ref is None else f"{self._operation} {self._ref}"
@@ -773,4 +858,5 @@ class _StorageFailures:
         raise SessionStoreError(
             f"the session service could not {what}: {_db.describe_failure(exc)} "
             f"from {backend}. Check that the database is reachable and writable (the "
-            "driver's message is withheld: it can contain stored content)") from None
+            "driver's message is withheld: it can contain stored content)"
+        ) from None

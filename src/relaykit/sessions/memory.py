@@ -85,15 +85,26 @@ class InMemorySessionService:
 
     def _read_state(self, ref: SessionRef) -> dict[str, Any]:
         scopes: tuple[StoredScope, ...] = ("app", "user", "session")
-        return merged_state([row for scope in scopes
-                             for row in self._state.get(self._owner(ref, scope), {}).items()],
-                            ref)
+        return merged_state(
+            [
+                row
+                for scope in scopes
+                for row in self._state.get(self._owner(ref, scope), {}).items()
+            ],
+            ref,
+        )
 
-    async def create_session(self, app_name: str, user_id: str, session_id: str | None = None,
-                             state: Mapping[str, Any] | None = None) -> Session:
+    async def create_session(
+        self,
+        app_name: str,
+        user_id: str,
+        session_id: str | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> Session:
         """Create a session (see ``SessionService.create_session``)."""
-        ref = SessionRef.of(app_name, user_id,
-                            uuid.uuid4().hex if session_id is None else session_id)
+        ref = SessionRef.of(
+            app_name, user_id, uuid.uuid4().hex if session_id is None else session_id
+        )
         writes = prepare_state(state or {}, ref)
         if ref in self._sessions:
             raise SessionExistsError(f"cannot create {ref}: the id is taken")
@@ -102,25 +113,40 @@ class InMemorySessionService:
         self._write_state(ref, writes)
         return Session(ref.app_name, ref.user_id, ref.session_id, self._read_state(ref), [], now)
 
-    async def get_session(self, app_name: str, user_id: str,
-                          session_id: str) -> Session | None:
+    async def get_session(self, app_name: str, user_id: str, session_id: str) -> Session | None:
         """The session with its events and merged state, or None."""
         ref = SessionRef.of(app_name, user_id, session_id)
         stored = self._sessions.get(ref)
         if stored is None:
             return None
         events = [decode_event(data, event_id, ref) for event_id, data in stored.events]
-        return Session(ref.app_name, ref.user_id, ref.session_id, self._read_state(ref), events,
-                       stored.last_update_time)
+        return Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            self._read_state(ref),
+            events,
+            stored.last_update_time,
+        )
 
     async def list_sessions(self, app_name: str, user_id: str) -> list[Session]:
         """The user's sessions of the app, oldest first, with state, without events."""
-        owner = (validate_session_name(app_name, "app_name"),
-                 validate_session_name(user_id, "user_id"))
-        return [Session(ref.app_name, ref.user_id, ref.session_id, self._read_state(ref), [],
-                        stored.last_update_time)
-                for ref, stored in self._sessions.items()
-                if (ref.app_name, ref.user_id) == owner]
+        owner = (
+            validate_session_name(app_name, "app_name"),
+            validate_session_name(user_id, "user_id"),
+        )
+        return [
+            Session(
+                ref.app_name,
+                ref.user_id,
+                ref.session_id,
+                self._read_state(ref),
+                [],
+                stored.last_update_time,
+            )
+            for ref, stored in self._sessions.items()
+            if (ref.app_name, ref.user_id) == owner
+        ]
 
     async def delete_session(self, app_name: str, user_id: str, session_id: str) -> None:
         """Delete the session, its events, its own state and its pause (no error if absent)."""
@@ -144,8 +170,9 @@ class InMemorySessionService:
         apply_to_session(session, appended)
         return appended.event
 
-    def _store(self, stored: _StoredSession, appended: PreparedAppend,
-               summary: tuple[int, int] | None) -> None:
+    def _store(
+        self, stored: _StoredSession, appended: PreparedAppend, summary: tuple[int, int] | None
+    ) -> None:
         # No await from here to the end: the append is atomic for every other task.
         stored.positions[appended.event.id] = len(stored.events)
         stored.events.append((appended.event.id, appended.data))
@@ -154,8 +181,9 @@ class InMemorySessionService:
         stored.last_update_time = appended.now
         self._write_state(appended.ref, appended.writes)
 
-    async def load_history(self, app_name: str, user_id: str,
-                           session_id: str) -> list[SessionEvent]:
+    async def load_history(
+        self, app_name: str, user_id: str, session_id: str
+    ) -> list[SessionEvent]:
         """The latest summary and the events after the range it covers, or every event."""
         ref = SessionRef.of(app_name, user_id, session_id)
         stored = self._sessions.get(ref)
@@ -164,11 +192,12 @@ class InMemorySessionService:
         rows = list(enumerate(stored.events))
         if stored.summary is not None:
             summary, end = stored.summary
-            rows = [rows[summary]] + [row for row in rows[end + 1:] if row[0] != summary]
+            rows = [rows[summary]] + [row for row in rows[end + 1 :] if row[0] != summary]
         return [decode_event(data, event_id, ref) for _, (event_id, data) in rows]
 
-    async def set_checkpoint(self, app_name: str, user_id: str, session_id: str,
-                             data: bytes | None) -> None:
+    async def set_checkpoint(
+        self, app_name: str, user_id: str, session_id: str, data: bytes | None
+    ) -> None:
         """Store the session's pause, or delete it (``None``)."""
         ref = SessionRef.of(app_name, user_id, session_id)
         payload = check_pause(data)
@@ -179,14 +208,14 @@ class InMemorySessionService:
             raise ref.not_found("save the pause of")
         stored.checkpoint = payload
 
-    async def get_checkpoint(self, app_name: str, user_id: str,
-                             session_id: str) -> bytes | None:
+    async def get_checkpoint(self, app_name: str, user_id: str, session_id: str) -> bytes | None:
         """The session's pause, or None."""
         stored = self._sessions.get(SessionRef.of(app_name, user_id, session_id))
         return stored.checkpoint if stored is not None else None
 
-    def lock(self, app_name: str, user_id: str, session_id: str, *,
-             timeout: float) -> AbstractAsyncContextManager[None]:
+    def lock(
+        self, app_name: str, user_id: str, session_id: str, *, timeout: float
+    ) -> AbstractAsyncContextManager[None]:
         """The session's turn lock within this process (an ``asyncio.Lock`` per session)."""
         ref = SessionRef.of(app_name, user_id, session_id)
         return self._hold(ref, validate_lock_timeout(timeout))
@@ -208,6 +237,10 @@ class InMemorySessionService:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()

@@ -59,12 +59,29 @@ class ToolContext:
         resume_data: on a resume: the caller's answer (application-defined, hence ``Any``).
     """
 
-    __slots__ = ("action", "chat_history", "interrupt_state", "is_resume_target", "resume_data",
-                 "run_context", "tool_call_id", "tool_name", "was_interrupted")
+    __slots__ = (
+        "action",
+        "chat_history",
+        "interrupt_state",
+        "is_resume_target",
+        "resume_data",
+        "run_context",
+        "tool_call_id",
+        "tool_name",
+        "was_interrupted",
+    )
 
-    def __init__(self, run_context: RunContext, tool_name: str, tool_call_id: str, *,
-                 was_interrupted: bool = False, interrupt_state: Any = None,
-                 is_resume_target: bool = False, resume_data: Any = None) -> None:
+    def __init__(
+        self,
+        run_context: RunContext,
+        tool_name: str,
+        tool_call_id: str,
+        *,
+        was_interrupted: bool = False,
+        interrupt_state: Any = None,
+        is_resume_target: bool = False,
+        resume_data: Any = None,
+    ) -> None:
         #: The calling agent's context: session values (``get_session_value``...), run path.
         self.run_context = run_context
         #: The name the model called the tool by.

@@ -55,8 +55,9 @@ class ExitLoopTool:
     async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
         """Set the break-loop action naming the calling agent."""
         path = ctx.run_context.run_path
-        ctx.set_action(AgentAction(break_loop=BreakLoopAction(
-            from_agent=path[-1].agent_name if path else "")))
+        ctx.set_action(
+            AgentAction(break_loop=BreakLoopAction(from_agent=path[-1].agent_name if path else ""))
+        )
         return "exiting the loop"
 
     def __repr__(self) -> str:

@@ -51,9 +51,13 @@ class ToolInterrupt(Exception):
             or points), which become the root causes below this tool's point.
     """
 
-    def __init__(self, info: Any, state: Any = None, *,
-                 sub_interrupts: tuple[AgentEvent | InterruptInfo | InterruptContext, ...] = ()
-                 ) -> None:
+    def __init__(
+        self,
+        info: Any,
+        state: Any = None,
+        *,
+        sub_interrupts: tuple[AgentEvent | InterruptInfo | InterruptContext, ...] = (),
+    ) -> None:
         super().__init__(f"tool interrupt: {info!r}")
         #: What the tool told the caller.
         self.info = info
@@ -88,10 +92,14 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     import griffe
 
     # No warnings: a docstring that disagrees with the signature is the author's business.
-    sections = griffe.parse_auto(griffe.Docstring(text, lineno=1),
-                                 per_style_options={"google": {"warnings": False},
-                                                    "numpy": {"warnings": False},
-                                                    "sphinx": {"warnings": False}})
+    sections = griffe.parse_auto(
+        griffe.Docstring(text, lineno=1),
+        per_style_options={
+            "google": {"warnings": False},
+            "numpy": {"warnings": False},
+            "sphinx": {"warnings": False},
+        },
+    )
     description: list[str] = []
     params: dict[str, str] = {}
     for section in sections:
@@ -137,8 +145,14 @@ class FunctionTool(Generic[P, R]):
             the caller as an interrupt, and the resume's data becomes the tool's result.
     """
 
-    def __init__(self, fn: Callable[P, R], *, name: str | None = None,
-                 description: str | None = None, long_running: bool = False) -> None:
+    def __init__(
+        self,
+        fn: Callable[P, R],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        long_running: bool = False,
+    ) -> None:
         #: The decorated function.
         self.fn = fn
         #: Whether the call only starts the work (see ``long_running`` above).
@@ -161,9 +175,13 @@ class FunctionTool(Generic[P, R]):
             fields[pname] = (annotation, Field(default, description=arg_docs.get(pname)))
         name = name or fn.__name__
         self._model: type[BaseModel] = create_model(
-            f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
-        self._spec = ToolSpec(name, description if description is not None else doc_desc,
-                              _clean_schema(self._model.model_json_schema()))
+            f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        self._spec = ToolSpec(
+            name,
+            description if description is not None else doc_desc,
+            _clean_schema(self._model.model_json_schema()),
+        )
 
     @property
     def name(self) -> str:
@@ -202,7 +220,8 @@ class FunctionTool(Generic[P, R]):
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
-                for e in exc.errors())
+                for e in exc.errors()
+            )
             raise ToolError(f"invalid arguments for tool '{self.name}': {problems}") from None
         kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
         if self._context_param is not None:
@@ -255,14 +274,19 @@ def tool(fn: Callable[P, R], /) -> FunctionTool[P, R]: ...
 
 
 @overload
-def tool(*, name: str | None = None, description: str | None = None,
-         long_running: bool = False) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
+def tool(
+    *, name: str | None = None, description: str | None = None, long_running: bool = False
+) -> Callable[[Callable[P, R]], FunctionTool[P, R]]: ...
 
 
-def tool(fn: Callable[P, R] | None = None, /, *, name: str | None = None,
-         description: str | None = None,
-         long_running: bool = False) -> FunctionTool[P, R] | Callable[[Callable[P, R]],
-                                                                      FunctionTool[P, R]]:
+def tool(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    long_running: bool = False,
+) -> FunctionTool[P, R] | Callable[[Callable[P, R]], FunctionTool[P, R]]:
     """Turn a typed function (sync or async) into a tool; a sync function runs in a worker
     thread when the tool is called (see :class:`FunctionTool`).
 
@@ -281,6 +305,7 @@ def tool(fn: Callable[P, R] | None = None, /, *, name: str | None = None,
     >>> get_weather.spec.parameters["required"]
     ['city']
     """
+
     def make(f: Callable[P, R]) -> FunctionTool[P, R]:
         return FunctionTool(f, name=name, description=description, long_running=long_running)
 

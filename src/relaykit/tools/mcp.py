@@ -117,9 +117,15 @@ class MCPToolset:
         description: how messages name the connection.
     """
 
-    def __init__(self, transport: TransportFactory, *, tool_filter: Collection[str] | None = None,
-                 name_prefix: str = "", timeout: float | None = None,
-                 description: str = "custom transport") -> None:
+    def __init__(
+        self,
+        transport: TransportFactory,
+        *,
+        tool_filter: Collection[str] | None = None,
+        name_prefix: str = "",
+        timeout: float | None = None,
+        description: str = "custom transport",
+    ) -> None:
         _require_mcp()
         self._transport = transport
         self._tool_filter = None if tool_filter is None else frozenset(tool_filter)
@@ -130,10 +136,18 @@ class MCPToolset:
         self._session: ClientSession | None = None
 
     @classmethod
-    def stdio(cls, command: str, args: Sequence[str] = (), env: Mapping[str, str] | None = None,
-              cwd: str | os.PathLike[str] | None = None, *, errlog: TextIO | None = None,
-              tool_filter: Collection[str] | None = None, name_prefix: str = "",
-              timeout: float | None = None) -> MCPToolset:
+    def stdio(
+        cls,
+        command: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        errlog: TextIO | None = None,
+        tool_filter: Collection[str] | None = None,
+        name_prefix: str = "",
+        timeout: float | None = None,
+    ) -> MCPToolset:
         """A toolset whose server is the subprocess ``command *args``, spoken to over stdio.
 
         ``env`` is added to the few variables the SDK passes on by default (PATH, HOME, ...);
@@ -152,20 +166,33 @@ class MCPToolset:
                 f"MCPToolset.stdio args must be a sequence of strings, not the string {args!r}"
             )
         params = StdioServerParameters(
-            command=command, args=list(args), env=None if env is None else dict(env),
+            command=command,
+            args=list(args),
+            env=None if env is None else dict(env),
             cwd=None if cwd is None else Path(cwd),
         )
 
         def transport() -> AbstractAsyncContextManager[TransportStreams]:
             return stdio_client(params, errlog=sys.stderr if errlog is None else errlog)
 
-        return cls(transport, tool_filter=tool_filter, name_prefix=name_prefix, timeout=timeout,
-                   description=f"stdio {' '.join([command, *args])!r}")
+        return cls(
+            transport,
+            tool_filter=tool_filter,
+            name_prefix=name_prefix,
+            timeout=timeout,
+            description=f"stdio {' '.join([command, *args])!r}",
+        )
 
     @classmethod
-    def http(cls, url: str, headers: Mapping[str, str] | None = None, *,
-             tool_filter: Collection[str] | None = None, name_prefix: str = "",
-             timeout: float | None = None) -> MCPToolset:
+    def http(
+        cls,
+        url: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        tool_filter: Collection[str] | None = None,
+        name_prefix: str = "",
+        timeout: float | None = None,
+    ) -> MCPToolset:
         """A toolset speaking streamable HTTP to the server endpoint ``url``.
 
         ``headers`` (authorization, for one) are sent with every request.
@@ -181,8 +208,13 @@ class MCPToolset:
         def transport() -> AbstractAsyncContextManager[TransportStreams]:
             return _streamable_http(url, header_dict)
 
-        return cls(transport, tool_filter=tool_filter, name_prefix=name_prefix, timeout=timeout,
-                   description=f"http {url!r}")
+        return cls(
+            transport,
+            tool_filter=tool_filter,
+            name_prefix=name_prefix,
+            timeout=timeout,
+            description=f"http {url!r}",
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -190,8 +222,12 @@ class MCPToolset:
         await self.connect()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> bool | None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
         stack, self._stack, self._session = self._stack, None, None
         if stack is None:
             return None
@@ -212,7 +248,8 @@ class MCPToolset:
             async with AsyncExitStack() as stack:
                 read_stream, write_stream = await stack.enter_async_context(self._transport())
                 session = await stack.enter_async_context(
-                    ClientSession(read_stream, write_stream, read_timeout_seconds=self._timeout))
+                    ClientSession(read_stream, write_stream, read_timeout_seconds=self._timeout)
+                )
                 await session.initialize()
                 self._stack, self._session = stack.pop_all(), session
         except BaseException as exc:
@@ -262,18 +299,26 @@ class MCPToolset:
         if self._tool_filter is not None:
             missing = self._tool_filter - {d.name for d in definitions}
             if missing:
-                logger.warning("MCP toolset (%s): tool_filter names tools the server does not "
-                               "offer: %s", self._description, ", ".join(sorted(missing)))
+                logger.warning(
+                    "MCP toolset (%s): tool_filter names tools the server does not offer: %s",
+                    self._description,
+                    ", ".join(sorted(missing)),
+                )
             definitions = [d for d in definitions if d.name in self._tool_filter]
         return [MCPTool(self, d.name, self._spec(d)) for d in definitions]
 
     def _spec(self, definition: MCPToolDefinition) -> ToolSpec:
         schema = definition.input_schema
-        parameters: dict[str, Any] = (copy.deepcopy(schema) if isinstance(schema, dict) and schema
-                                      else {"type": "object", "properties": {}})
-        return ToolSpec(name=model_safe_name(f"{self._name_prefix}{definition.name}"),
-                        description=definition.description or definition.title or "",
-                        parameters=parameters)
+        parameters: dict[str, Any] = (
+            copy.deepcopy(schema)
+            if isinstance(schema, dict) and schema
+            else {"type": "object", "properties": {}}
+        )
+        return ToolSpec(
+            name=model_safe_name(f"{self._name_prefix}{definition.name}"),
+            description=definition.description or definition.title or "",
+            parameters=parameters,
+        )
 
     def __repr__(self) -> str:
         state = "open" if self.is_open else "closed"
@@ -376,13 +421,16 @@ def _sole_leaf(exc: BaseException) -> BaseException:
 
 
 @asynccontextmanager
-async def _streamable_http(url: str,
-                           headers: dict[str, str] | None) -> AsyncIterator[TransportStreams]:
+async def _streamable_http(
+    url: str, headers: dict[str, str] | None
+) -> AsyncIterator[TransportStreams]:
     """The SDK's streamable-HTTP transport over an HTTP client that sends ``headers``."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
     timeout = httpx2.Timeout(_HTTP_TIMEOUT, read=_HTTP_SSE_READ_TIMEOUT)
-    async with (httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
-                streamable_http_client(url, http_client=client) as streams):
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=timeout) as client,
+        streamable_http_client(url, http_client=client) as streams,
+    ):
         yield streams

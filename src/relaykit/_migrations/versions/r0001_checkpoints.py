@@ -40,8 +40,12 @@ def upgrade() -> None:
             TABLE,
             sa.Column("checkpoint_id", sa.String(255), primary_key=True),
             sa.Column("data", sa.LargeBinary(), nullable=False),
-            sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False,
-                      server_default=sa.func.now()),
+            sa.Column(
+                "updated_at",
+                sa.DateTime(timezone=True),
+                nullable=False,
+                server_default=sa.func.now(),
+            ),
             *_claim_columns(),
         )
         return

@@ -47,8 +47,7 @@ def upgrade() -> None:
         # Never reuse the key of a deleted session (SQLite would reuse the highest rowid).
         sqlite_autoincrement=True,
     )
-    op.create_index("ix_relaykit_sessions_app_user", "relaykit_sessions",
-                    ["app_name", "user_id"])
+    op.create_index("ix_relaykit_sessions_app_user", "relaykit_sessions", ["app_name", "user_id"])
     op.create_table(
         "relaykit_session_events",
         sa.Column("session_pk", _PK, primary_key=True, autoincrement=False),
@@ -75,8 +74,11 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Drop the session tables."""
-    for table in ("relaykit_session_checkpoints", "relaykit_session_state",
-                  "relaykit_session_events"):
+    for table in (
+        "relaykit_session_checkpoints",
+        "relaykit_session_state",
+        "relaykit_session_events",
+    ):
         op.drop_table(table)
     op.drop_index("ix_relaykit_sessions_app_user", table_name="relaykit_sessions")
     op.drop_table("relaykit_sessions")
