@@ -25,8 +25,14 @@ TURNS = 200
 
 
 @rk.tool
-def get_weather(city: str) -> str:
+async def get_weather(city: str) -> str:
     """The weather in a city."""
+    return f"It is sunny in {city}."
+
+
+@rk.tool(name="get_weather")
+def get_weather_sync(city: str) -> str:
+    """The weather in a city (a sync function: it runs in a worker thread)."""
     return f"It is sunny in {city}."
 
 
@@ -43,7 +49,7 @@ def script_b() -> Iterator[Message]:
         yield Message.assistant("It is sunny in Paris.")
 
 
-def build() -> tuple[rk.Runner, rk.ScriptedModel, rk.ScriptedModel]:
+def build(tool: rk.Tool = get_weather) -> tuple[rk.Runner, rk.ScriptedModel, rk.ScriptedModel]:
     model_a = rk.ScriptedModel(script_a(), record_requests=False)
     model_b = rk.ScriptedModel(script_b(), record_requests=False)
     a = rk.ChatModelAgent("agent_a", "routes questions", "Route the question.", model=model_a)
@@ -52,7 +58,7 @@ def build() -> tuple[rk.Runner, rk.ScriptedModel, rk.ScriptedModel]:
         "knows the weather",
         "Answer weather questions.",
         model=model_b,
-        tools=[get_weather],
+        tools=[tool],
     )
     return rk.Runner(rk.set_sub_agents(a, [b])), model_a, model_b
 
@@ -73,8 +79,8 @@ def check(events: list[rk.AgentEvent]) -> None:
     ], [e.agent_name for e in events]
 
 
-async def fresh_turns() -> list[float]:
-    runner, _, _ = build()
+async def fresh_turns(tool: rk.Tool = get_weather) -> list[float]:
+    runner, _, _ = build(tool)
     times = []
     for _ in range(TURNS):
         t0 = time.perf_counter()
@@ -117,6 +123,7 @@ def run() -> str:
     start_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     fresh = asyncio.run(fresh_turns())
     grow, n_messages = asyncio.run(growing_turns())
+    fresh_sync = asyncio.run(fresh_turns(get_weather_sync))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     lines = [
         "# Per turn: A transfers to B, B calls a tool and answers (ScriptedModel)",
@@ -131,6 +138,11 @@ def run() -> str:
         summarize(
             f"one conversation, history passed back ({n_messages} messages at the end)", grow
         ),
+        summarize("fresh run per turn, the tool a sync function (worker thread)", fresh_sync),
+        "",
+        "The tool is an `async def` function; the last row uses a plain `def` instead, which "
+        "relaykit runs in a worker thread so that it never blocks the event loop (the tool "
+        "calls of one response run concurrently): that row adds one thread hand-off per turn.",
         "",
         f"Peak RSS of the whole process (both runs, imports included): {peak:.1f} MB "
         f"(after imports: {start_rss:.1f} MB).",

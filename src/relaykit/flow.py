@@ -487,7 +487,13 @@ class FlowAgent:
                         continue
                     action = ev.action
                     ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
-                    if action is None and ev.error is None and not trailing.active:
+                    # (attributes, not the ``active`` property: this runs for every event)
+                    if (
+                        action is None
+                        and ev.error is None
+                        and not trailing.holding
+                        and not trailing.events
+                    ):
                         out = ev.output  # the common case: a plain message, no transfer
                         if out is None or (
                             out.stream is None

@@ -434,7 +434,12 @@ class Runner:
             try:
                 async with closing(gen):
                     async for ev in gen:
-                        if interrupt_of(ev) is not None:
+                        action = ev.action  # inline interrupt_of(): once per event
+                        if (
+                            action is not None
+                            and action.interrupted is not None
+                            and action.interrupted.contexts
+                        ):
                             if interrupted:
                                 yield AgentEvent(
                                     ev.agent_name,
