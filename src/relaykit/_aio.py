@@ -10,7 +10,7 @@ from relaykit.errors import AbortedError
 
 T = TypeVar("T")
 
-__all__ = ["closing", "ended_with", "must_propagate"]
+__all__ = ["closing", "ended_with", "must_propagate", "thrown_into_us"]
 
 
 def must_propagate(exc: BaseException) -> bool:
@@ -59,3 +59,10 @@ class closing(Generic[T]):
         aclose = getattr(self.it, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+def thrown_into_us(exc: BaseException) -> bool:
+    """True for the ``GeneratorExit`` that closing a generator throws in at its ``yield``
+    (raised in the frame that catches it), as opposed to one an inner agent raised."""
+    tb = exc.__traceback__
+    return isinstance(exc, GeneratorExit) and (tb is None or tb.tb_next is None)

@@ -9,17 +9,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from relaykit._aio import closing, ended_with, must_propagate
+from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
+from relaykit._chains import (
+    PendingChain,
+    TrailingTransfers,
+    TransferGroup,
+    ended_abnormally,
+)
+from relaykit._history import (
+    HistoryEntry,
+    HistoryRewriter,
+    default_history,
+    rewrite_message,
+    strip_transfer,
+    transfer_call_ids,
+)
 from relaykit.agent import Agent, AgentInput
-from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
-from relaykit.events import TRANSFER_TOOL_NAME, AgentEvent, RunStep
+from relaykit.events import AgentEvent, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
-from relaykit.messages import Message
 
 __all__ = [
     "FlowAgent",
@@ -28,6 +39,7 @@ __all__ = [
     "PendingChain",
     "TransferGroup",
     "as_flow_agent",
+    "ended_abnormally",
     "rewrite_message",
     "set_sub_agents",
 ]
@@ -40,241 +52,6 @@ _Start = Callable[
     [RunContext, _Arg, dict[str, Any]],
     Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None"]],
 ]
-
-
-@register_type("relaykit.HistoryEntry")
-@dataclass(slots=True)
-class HistoryEntry:
-    """One message of the history a flow agent builds for its agent (what a
-    ``HistoryRewriter`` receives).
-
-    >>> HistoryEntry(False, "billing", Message.assistant("refunded")).agent_name
-    'billing'
-    """
-
-    #: True for a message of the run's input; False for one an agent produced.
-    is_user_input: bool
-    #: The agent that produced the message ("" for the run's input).
-    agent_name: str
-    #: The message as it was produced (not rewritten).
-    message: Message
-
-
-HistoryRewriter = Callable[[RunContext, list[HistoryEntry]], Awaitable[list[Message]]]
-"""Builds an agent's input messages from the history entries (``as_flow_agent(...,
-history_rewriter=...)``), instead of the default rewriting (docs/trees-and-transfer.md)."""
-
-
-def rewrite_message(message: Message, agent_name: str) -> Message:
-    """Another agent's message as the user-role context line the next agent reads (FA-07).
-
-    >>> rewrite_message(Message.assistant("refunded"), "billing").content
-    'For context: [billing] said: refunded.'
-    """
-    role = message.role
-    if role == "assistant" and not message.tool_calls:
-        text = (
-            f"For context: [{agent_name}] said: {message.content}."
-            if message.content
-            else "For context:"
-        )
-    elif role == "assistant":
-        parts = ["For context:"]
-        if message.content:
-            parts.append(f" [{agent_name}] said: {message.content}.")
-        for call in message.tool_calls:
-            parts.append(
-                f" [{agent_name}] called tool: `{call.name}` with arguments: {call.arguments}."
-            )
-        text = "".join(parts)
-    elif role == "tool" and message.content:
-        text = (
-            f"For context: [{agent_name}] `{message.tool_name}` tool returned result: "
-            f"{message.content}."
-        )
-    else:
-        text = "For context:"
-    attachments = list(message.attachments) if message.attachments else []
-    return Message("user", text, [], None, None, None, attachments, {})
-
-
-@register_type("relaykit.TransferGroup")
-@dataclass(slots=True)
-class TransferGroup:
-    """One step of a transfer chain (D3): an assistant message calling ``transfer_to_agent``
-    together with the tool results answering it, or one transfer pair of a deterministic
-    wrapper. ``targets`` are the agents it transfers to, in call order.
-
-    >>> TransferGroup([], ["billing"]).targets
-    ['billing']
-    """
-
-    #: The call message and the tool results answering it (or one transfer pair).
-    events: list[AgentEvent]
-    #: The agents the group transfers to, in call order.
-    targets: list[str]
-
-
-@register_type("relaykit.PendingChain")
-@dataclass(slots=True)
-class PendingChain:
-    """The rest of a transfer chain: the targets of the group being run that have not run
-    yet, then the later groups, each delivered right before its first target runs (D3).
-    Saved in checkpoints when one of the targets interrupts.
-
-    >>> PendingChain(["refunds"], []).targets
-    ['refunds']
-    """
-
-    #: The targets of the current group still to run, in order.
-    targets: list[str]
-    #: The later transfer groups, in order.
-    groups: list[TransferGroup]
-
-
-def _transfer_dest(ev: AgentEvent) -> str | None:
-    a = ev.action
-    if a is None or a.interrupted is not None or a.exit or a.transfer_to_agent is None:
-        return None
-    return a.transfer_to_agent.dest_agent_name
-
-
-def _transfer_like_now(ev: AgentEvent) -> bool | None:
-    """Part of a trailing transfer run: a transfer action, or an assistant message whose only
-    tool calls are ``transfer_to_agent`` calls. None: an assistant stream, undecided until read."""
-    a = ev.action
-    if a is not None:
-        if a.interrupted is not None or a.exit:
-            return False
-        if a.transfer_to_agent is not None:
-            return True
-    out = ev.output
-    if ev.error is not None or out is None:
-        return False
-    if out.message is None and out.stream is not None:
-        return None if out.role == "assistant" else False
-    return _only_transfer_calls(out.message)
-
-
-def _only_transfer_calls(msg: Message | None) -> bool:
-    return (
-        msg is not None
-        and msg.role == "assistant"
-        and bool(msg.tool_calls)
-        and all(c.name == TRANSFER_TOOL_NAME for c in msg.tool_calls)
-    )
-
-
-async def _is_transfer_like(ev: AgentEvent) -> bool:
-    """``_transfer_like_now``, reading an assistant stream to its end when needed."""
-    known = _transfer_like_now(ev)
-    if known is not None:
-        return known
-    assert ev.output is not None and ev.output.stream is not None
-    try:
-        return _only_transfer_calls(await ev.output.stream.collect())
-    except Exception:
-        return False
-
-
-def _split_groups(tail: list[AgentEvent]) -> list[TransferGroup]:
-    """Transfer groups: one assistant message with the results answering it, or one pair."""
-    groups: list[TransferGroup] = []
-    for ev in tail:
-        dest = _transfer_dest(ev)
-        out = ev.output
-        is_call = out is not None and out.role == "assistant"
-        if not groups or (groups[-1].targets and (is_call or out is None)):
-            groups.append(TransferGroup([], []))
-        groups[-1].events.append(ev)
-        if dest is not None:
-            groups[-1].targets.append(dest)
-    return [g for g in groups if g.targets or g.events]
-
-
-class _TrailingTransfers:
-    """The trailing transfer run of a flow agent's own events, tracked while they stream (D3).
-
-    Events that may start a transfer run are delivered at once; after the first transfer
-    action, later transfer-like events are *held* (so a target never sees a later group's
-    "transferred to agent [c]" before c ran). Any other event ends the run: the held events
-    are delivered before it.
-    """
-
-    __slots__ = ("delivered", "events", "holding")
-
-    def __init__(self) -> None:
-        self.events: list[AgentEvent] = []  # the trailing transfer run so far
-        self.delivered = 0  # how many of ``events`` were delivered
-        self.holding = False  # after the first transfer action, transfer events are held
-
-    @property
-    def active(self) -> bool:
-        """True while a trailing transfer run is being tracked (no fast path then)."""
-        return self.holding or bool(self.events)
-
-    async def offer(self, ev: AgentEvent) -> list[AgentEvent]:
-        """The events to deliver now for own event ``ev``, in order (``ev`` last unless held)."""
-        if self.holding:
-            transfer_like = await _is_transfer_like(ev)
-        else:  # a stream that may call transfer_to_agent counts for now
-            transfer_like = _transfer_like_now(ev) is not False
-        if transfer_like:
-            self.events.append(ev)
-            if self.holding:
-                return []
-            self.delivered = len(self.events)
-            if _transfer_dest(ev) is not None:
-                self.holding = True
-            return [ev]
-        released = self.events[self.delivered :]
-        released.append(ev)
-        self.events = []
-        self.delivered = 0
-        self.holding = False
-        return released
-
-    async def chain(self) -> tuple[list[AgentEvent], PendingChain] | None:
-        """Once the agent's stream ended: the held events of the first group (to deliver now)
-        and the chain to run, or None when the stream did not end with a transfer."""
-        if not self.holding:
-            return None
-        # Streams among the delivered events are complete now: drop a prefix that turned out
-        # not to be transfer-like (an assistant stream that called no transfer).
-        begin = 0
-        for i in range(self.delivered):
-            if not await _is_transfer_like(self.events[i]):
-                begin = i + 1
-        groups = _split_groups(self.events[begin:])
-        first = groups[0]
-        held = self.events[self.delivered : begin + len(first.events)]
-        return held, PendingChain(list(first.targets), groups[1:])
-
-
-def _thrown_into_us(exc: BaseException) -> bool:
-    """True for the ``GeneratorExit`` that closing a generator throws in at its ``yield``
-    (raised in the frame that catches it), as opposed to one an inner agent raised."""
-    tb = exc.__traceback__
-    return isinstance(exc, GeneratorExit) and (tb is None or tb.tb_next is None)
-
-
-async def ended_abnormally(last: AgentEvent | None) -> bool:
-    """True when a stream of events ended with an error, an exit or an interrupt (a message
-    stream that ended in an error counts as an error, D1)."""
-    if last is None:
-        return False
-    if last.error is not None:
-        return True
-    a = last.action
-    if a is not None and (a.interrupted is not None or a.exit):
-        return True
-    out = last.output
-    if out is not None and out.stream is not None:
-        try:
-            await out.stream.collect()
-        except Exception:
-            return True
-    return False
 
 
 class FlowAgent:
@@ -474,7 +251,7 @@ class FlowAgent:
                 raise
             yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
-        trailing = _TrailingTransfers()
+        trailing = TrailingTransfers()
         last: AgentEvent | None = None
         try:
             async with closing(gen):
@@ -511,7 +288,7 @@ class FlowAgent:
             # D9/D24: the agent ending with any exception (a CancelledError it caught from
             # something else, a GeneratorExit it raised...) is its error event; cancellation
             # from outside, and our own generator being closed, propagate.
-            if must_propagate(exc) or _thrown_into_us(exc):
+            if must_propagate(exc) or thrown_into_us(exc):
                 raise
             err = AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             history.record(err)
@@ -601,85 +378,22 @@ class FlowAgent:
                     out = rec.event.output
                     if out is not None and out.stream is not None:
                         await rec.resolve()
-        skip_ids = _transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
+        skip_ids = transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
         if self.history_rewriter is None:
             args = (self.name, list(root_messages), records, len(records), skip_ids)
-            return AgentInput.deferred(lambda: _default_history(*args), streaming)
+            return AgentInput.deferred(lambda: default_history(*args), streaming)
         entries = [HistoryEntry(True, "", m) for m in root_messages]
         for rec in records:
             msg = await rec.resolve()
             if msg is None:
                 continue
             if skip_ids:
-                stripped = _strip_transfer(rec, msg, skip_ids)
+                stripped = strip_transfer(rec, msg, skip_ids)
                 if stripped is None:
                     continue
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
-
-
-def _default_history(
-    name: str,
-    messages: list[Message],
-    records: Sequence[RecordedEvent],
-    count: int,
-    skip_ids: set[str] | None,
-) -> list[Message]:
-    """Root input + history: own messages as they are, others' rewritten (cached per event)."""
-    append = messages.append
-    for i in range(count):
-        rec = records[i]
-        msg = rec.message
-        if msg is None:
-            continue  # no message (actions, errors) or a stream that will be retried
-        author = rec.event.agent_name
-        if skip_ids:
-            stripped = _strip_transfer(rec, msg, skip_ids)
-            if stripped is None:
-                continue
-            if stripped is not msg:
-                append(stripped if author == name else rewrite_message(stripped, author))
-                continue
-        if author == name:
-            append(msg)
-        else:
-            rewritten = rec.rewritten
-            if rewritten is None:
-                rewritten = rec.rewritten = rewrite_message(msg, author)
-            append(rewritten)
-    return messages
-
-
-def _transfer_call_ids(records: Sequence[RecordedEvent]) -> set[str]:
-    ids: set[str] = set()
-    for rec in records:
-        a = rec.event.action
-        msg = rec.message
-        if (
-            a is not None
-            and a.transfer_to_agent is not None
-            and msg is not None
-            and msg.role == "tool"
-            and msg.tool_call_id
-        ):
-            ids.add(msg.tool_call_id)
-    return ids
-
-
-def _strip_transfer(rec: RecordedEvent, msg: Message, ids: set[str]) -> Message | None:
-    """D5: drop a transfer's tool message and its call; keep the rest of the call message."""
-    if msg.role == "tool":
-        a = rec.event.action
-        if msg.tool_call_id in ids and a is not None and a.transfer_to_agent is not None:
-            return None
-        return msg
-    if msg.role != "assistant" or not any(c.id in ids for c in msg.tool_calls):
-        return msg
-    calls = [c for c in msg.tool_calls if c.id not in ids]
-    if not calls and not msg.content:
-        return None
-    return dataclasses.replace(msg, tool_calls=calls)
 
 
 def as_flow_agent(

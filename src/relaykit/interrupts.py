@@ -24,7 +24,7 @@ from relaykit.resume import (
 )
 
 if TYPE_CHECKING:
-    from relaykit.flow import PendingChain  # flow imports this module
+    from relaykit._chains import PendingChain  # flow imports this module
 
 __all__ = [
     "Address",

@@ -18,7 +18,7 @@ from relaykit.codec import register_type
 
 if TYPE_CHECKING:
     # The flow module imports this one (through events and contexts): a type only.
-    from relaykit.flow import PendingChain
+    from relaykit._chains import PendingChain
 
 __all__ = [
     "Address",

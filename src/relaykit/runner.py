@@ -2,39 +2,32 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import logging
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
+from relaykit._claims import Claim, claim_ttl, describe_store_failure
 from relaykit._tree import validate_tree
 from relaykit.agent import Agent, AgentInput
 from relaykit.checkpoints.base import (
-    DEFAULT_CLAIM_TTL,
     CheckpointStore,
     validate_checkpoint_id,
-    validate_claim_ttl,
 )
 from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
 from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
-    AgentRunError,
-    CheckpointBusyError,
-    CheckpointStoreError,
     ConfigurationError,
-    RelayKitError,
     ResumeTargetError,
     RunnerError,
 )
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, as_flow_agent
-from relaykit.interrupts import InterruptInfo, ResumeState, interrupt_of
+from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.messages import Message
+from relaykit.results import RunResult, collect
 
 __all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
 
@@ -173,7 +166,7 @@ class Runner:
                     "(claim, renew, release, finish) as well as get, set and delete"
                 )
         if checkpoint_store is not None:
-            _claim_ttl(checkpoint_store)  # a store with an unusable lease fails here, not later
+            claim_ttl(checkpoint_store)  # a store with an unusable lease fails here, not later
         if (
             not isinstance(max_transfers, int)
             or isinstance(max_transfers, bool)
@@ -337,7 +330,7 @@ class Runner:
         'It is sunny in Paris.'
         """
         msgs = [Message.user(messages)] if isinstance(messages, str) else messages
-        return await _collect(self.run(msgs, **options))
+        return await collect(self.run(msgs, **options))
 
     async def invoke_resume(
         self, checkpoint_id: str | None = None, **options: Unpack[ResumeKwargs]
@@ -368,7 +361,7 @@ class Runner:
         approve the payment?
         'paid'
         """
-        return await _collect(self.resume(checkpoint_id, **options))
+        return await collect(self.resume(checkpoint_id, **options))
 
     @staticmethod
     def _reject_session_options(user_id: object, session_id: object, state_delta: object) -> None:
@@ -388,7 +381,7 @@ class Runner:
     ) -> AsyncIterator[AgentEvent]:
         store = self.checkpoint_store
         assert store is not None
-        claim = _Claim(store, checkpoint_id, _claim_ttl(store))
+        claim = Claim(store, checkpoint_id, claim_ttl(store))
         data = await claim.acquire()
         try:
             cp, interrupted = decode_checkpoint(
@@ -424,7 +417,7 @@ class Runner:
         ctx: RunContext,
         gen: AsyncIterator[AgentEvent],
         checkpoint_id: str | None,
-        claim: _Claim | None,
+        claim: Claim | None,
     ) -> AsyncIterator[AgentEvent]:
         """The one path of every run and resume: forward events, save the checkpoint when
         the run interrupts, consume (or release) a resumed checkpoint when it ends."""
@@ -470,7 +463,7 @@ class Runner:
                 await claim.stop_renewing()
 
     async def _save(
-        self, ctx: RunContext, ev: AgentEvent, checkpoint_id: str | None, claim: _Claim | None
+        self, ctx: RunContext, ev: AgentEvent, checkpoint_id: str | None, claim: Claim | None
     ) -> tuple[AgentEvent | None, AgentEvent]:
         """Save the checkpoint of an interrupted run; (an error event or None, the interrupt
         event with ``checkpoint_id`` set when saved)."""
@@ -507,7 +500,9 @@ class Runner:
                 return AgentEvent(
                     ev.agent_name,
                     ev.run_path,
-                    error=RunnerError(f"failed to save checkpoint {cid!r}: {_describe(exc)}"),
+                    error=RunnerError(
+                        f"failed to save checkpoint {cid!r}: {describe_store_failure(exc)}"
+                    ),
                 ), ev
         saved = dataclasses.replace(
             action, interrupted=dataclasses.replace(info, checkpoint_id=cid)
@@ -517,173 +512,4 @@ class Runner:
         )
 
 
-@dataclass(slots=True)
-class RunResult:
-    """What ``Runner.invoke`` returns: the run's answer and everything it delivered.
-
-    >>> import asyncio
-    >>> import relaykit as rk
-    >>> agent = rk.ChatModelAgent("greeter", model=rk.ScriptedModel([rk.Message.assistant("Hi")]))
-    >>> result = asyncio.run(Runner(agent).invoke("hello"))
-    >>> result.output.content, len(result.events), result.interrupt
-    ('Hi', 1, None)
-    """
-
-    #: The message of the last delivered event that has one (streams are collected).
-    output: Message | None
-    #: Every event the run delivered, in order.
-    events: list[AgentEvent]
-    #: Set when the run ended interrupted: answer it with ``invoke_resume``.
-    interrupt: InterruptInfo | None = None
-    #: Where the interrupted run was saved (``None`` when not interrupted or not saved).
-    checkpoint_id: str | None = None
-    #: The session the run belongs to (session mode).
-    session_id: str | None = None
-
-
-async def _collect(events: AsyncIterator[AgentEvent]) -> RunResult:
-    collected: list[AgentEvent] = []
-    async with closing(events):
-        async for ev in events:
-            collected.append(ev)
-    output: Message | None = None
-    interrupt: InterruptInfo | None = None
-    last_agent: AgentEvent | None = None
-    for ev in collected:
-        if ev.output is not None:
-            try:
-                message = await ev.output.get_message()
-            except Exception:
-                message = None  # a stream that failed: its error is the run's
-            if message is not None:
-                output = message
-        if ev.action is not None and ev.action.interrupted is not None:
-            interrupt = ev.action.interrupted
-        if not isinstance(ev.error, RunnerError):
-            last_agent = ev
-    if last_agent is not None and last_agent.error is not None and interrupt is None:
-        err = last_agent.error
-        path = tuple(step.agent_name for step in last_agent.run_path)
-        raise AgentRunError(
-            f"agent {last_agent.agent_name or '?'!r} failed: {type(err).__name__}: {err}",
-            agent_name=last_agent.agent_name,
-            run_path=path,
-        ) from err
-    return RunResult(
-        output, collected, interrupt, interrupt.checkpoint_id if interrupt is not None else None
-    )
-
-
-#: Releases of claims whose resume was cancelled while claiming (see _Claim.acquire).
-_background: set[asyncio.Task[None]] = set()
-
 _STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
-
-
-def _claim_ttl(store: CheckpointStore) -> float:
-    """The store's claim lease (``claim_ttl``, default 5 minutes), checked."""
-    return validate_claim_ttl(getattr(store, "claim_ttl", DEFAULT_CLAIM_TTL))
-
-
-def _describe(exc: BaseException) -> str:
-    """A store failure for an error message: relaykit errors say what happened; anything
-    else only by type, since a driver's text may quote stored content (D21)."""
-    return str(exc) if isinstance(exc, RelayKitError) else type(exc).__name__
-
-
-class _Claim:
-    """One resume's exclusive claim on its checkpoint: acquired before any agent runs,
-    renewed every third of its ttl while the resume runs, finished or released at the end."""
-
-    __slots__ = ("_renewer", "checkpoint_id", "held", "owner", "store", "ttl")
-
-    def __init__(self, store: CheckpointStore, checkpoint_id: str, ttl: float) -> None:
-        self.store = store
-        self.checkpoint_id = checkpoint_id
-        self.ttl = ttl
-        self.owner = uuid.uuid4().hex
-        self.held = False
-        self._renewer: asyncio.Task[None] | None = None
-
-    async def acquire(self) -> bytes:
-        """Claim the checkpoint (before any agent runs) and start renewing the claim."""
-        claiming = asyncio.ensure_future(self.store.claim(self.checkpoint_id, self.owner, self.ttl))
-        try:
-            # Shielded: a resume cancelled while its claim is being taken must not leave a
-            # claim behind that nobody releases (it would block the checkpoint for the ttl).
-            data = await asyncio.shield(claiming)
-        except asyncio.CancelledError:
-            claiming.add_done_callback(self._release_if_claimed)
-            raise
-        except RelayKitError:
-            raise
-        except Exception as exc:
-            raise CheckpointStoreError(
-                f"checkpoint store failed to claim checkpoint {self.checkpoint_id!r}: "
-                f"{type(exc).__name__}"
-            ) from None
-        self.held = True
-        self._renewer = asyncio.get_running_loop().create_task(self._renew())
-        return data
-
-    def _release_if_claimed(self, claiming: asyncio.Future[bytes]) -> None:
-        if claiming.cancelled() or claiming.exception() is not None:
-            return
-        task = asyncio.get_running_loop().create_task(
-            self.store.release(self.checkpoint_id, self.owner)
-        )
-        _background.add(task)  # keep a reference until it is done
-        task.add_done_callback(_background.discard)
-
-    async def _renew(self) -> None:
-        while self.held:
-            await asyncio.sleep(self.ttl / 3)
-            try:
-                await self.store.renew(self.checkpoint_id, self.owner, self.ttl)
-            except CheckpointBusyError:
-                logger.error(
-                    "lost the claim on checkpoint %r while resuming it", self.checkpoint_id
-                )
-                return
-            except Exception as exc:  # a transient store failure: try again next time
-                logger.warning(
-                    "could not renew the claim on checkpoint %r: %s",
-                    self.checkpoint_id,
-                    _describe(exc),
-                )
-
-    async def finish(self, data: bytes | None) -> RunnerError | None:
-        """Replace (``data``) or delete (``None``) the checkpoint and end the claim; the error
-        to report if that failed."""
-        self.held = False
-        try:
-            await self.store.finish(self.checkpoint_id, self.owner, data)
-        except Exception as exc:
-            what = "save" if data is not None else "consume"
-            return RunnerError(
-                f"failed to {what} checkpoint {self.checkpoint_id!r} after "
-                f"resuming it: {_describe(exc)}"
-            )
-        return None
-
-    async def release(self) -> None:
-        """End the claim and keep the checkpoint (best effort: an expired claim is harmless)."""
-        if not self.held:
-            return
-        self.held = False
-        try:
-            # Shielded: a cancelled resume still releases its claim at once.
-            await asyncio.shield(self.store.release(self.checkpoint_id, self.owner))
-        except Exception as exc:
-            logger.warning(
-                "could not release the claim on checkpoint %r (it expires by itself): %s",
-                self.checkpoint_id,
-                _describe(exc),
-            )
-
-    async def stop_renewing(self) -> None:
-        task, self._renewer = self._renewer, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast, overload
 
-from relaykit._aio import closing, ended_with, must_propagate
+from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
 from relaykit.agent import Agent, AgentInput, ResumableAgent
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
-from relaykit.flow import FlowAgent, _thrown_into_us, ended_abnormally
+from relaykit.flow import FlowAgent, ended_abnormally
 from relaykit.interrupts import ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
@@ -71,7 +71,7 @@ class _DeterministicTransfer:
             # D24: the inner agent ending with CancelledError, GeneratorExit... is its error
             # event (ended_with never hands on a bare BaseException); cancellation from outside
             # and the GeneratorExit of our own generator being closed propagate.
-            if must_propagate(exc) or _thrown_into_us(exc):
+            if must_propagate(exc) or thrown_into_us(exc):
                 raise
             yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return
@@ -102,7 +102,7 @@ class _DeterministicTransfer:
                         continue  # becomes the composite interrupt below
                     yield ev
         except BaseException as exc:
-            if must_propagate(exc) or _thrown_into_us(exc):  # D24, as in _forward
+            if must_propagate(exc) or thrown_into_us(exc):  # D24, as in _forward
                 raise
             yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return

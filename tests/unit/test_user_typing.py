@@ -115,7 +115,7 @@ REVEALED = [
     "save_input_blobs_as_artifacts: bool =, checkpoint_signing_key: bytes | None =, "
     "max_transfers: int =) -> relaykit.runner.Runner",
     "relaykit.tools.function.FunctionTool[[city: str], str]",
-    "relaykit.runner.RunResult",
+    "relaykit.results.RunResult",
     "relaykit.messages.Message | None",
     "list[relaykit.events.AgentEvent]",
     "relaykit.resume.InterruptInfo | None",

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
-import math
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-from pydantic_core import to_jsonable_python
+from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agents._prompts import (
@@ -18,24 +12,35 @@ from relaykit.agents._prompts import (
     MissingPlaceholderError,
     fill_instruction,
     transfer_instruction,
-    transfer_tool_spec,
 )
-from relaykit.codec import register_type
+from relaykit.agents._tool_calls import (
+    EXIT,
+    MAX_ARGUMENT_DEPTH,
+    ChatModelAgentState,
+    PendingToolCall,
+    Prepared,
+    ReplyStream,
+    ToolCallResult,
+    TransferTool,
+    error_result,
+    name_tool,
+    parse_arguments,
+    result_text,
+    tool_message,
+    with_unique_call_ids,
+)
 from relaykit.context import RunContext
 from relaykit.errors import (
     ConfigurationError,
     MaxIterationsError,
     RelayKitError,
-    SerializationError,
     ToolError,
 )
 from relaykit.events import (
     TRANSFER_TOOL_NAME,
-    AgentAction,
     AgentEvent,
     AgentInput,
     AgentOutput,
-    TransferToAgentAction,
 )
 from relaykit.interrupts import (
     AddressSegment,
@@ -45,8 +50,8 @@ from relaykit.interrupts import (
     interrupt_of,
     stateful_interrupt,
 )
-from relaykit.messages import Message, MessageStream, ToolCall
-from relaykit.models.base import ChatModel, ModelRequest, ToolSpec
+from relaykit.messages import Message, ToolCall
+from relaykit.models.base import ChatModel, ModelRequest
 from relaykit.tools.base import RESERVED_TOOL_NAMES, Tool, ToolContext, is_builtin_tool
 from relaykit.tools.builtin import EXIT_LOOP_TOOL_NAME
 from relaykit.tools.function import ToolInterrupt
@@ -58,300 +63,6 @@ __all__ = [
     "PendingToolCall",
     "ToolCallResult",
 ]
-
-MAX_ARGUMENT_DEPTH = 64
-"""How deeply a model may nest the JSON arguments of a tool call: the arguments object itself is
-level 1. Deeper arguments go back to the model as ``error: ...`` (D15) instead of reaching the
-tool (or exhausting the interpreter's recursion limit while they are parsed)."""
-
-
-@register_type("relaykit.ToolCallResult")
-@dataclass(slots=True)
-class ToolCallResult:
-    """A finished tool call: its tool message and the action the tool attached.
-
-    >>> ToolCallResult(Message.tool("42", tool_call_id="call_1", tool_name="add")).is_error
-    False
-    """
-
-    #: The tool message answering the call (the result, or ``error: ...``).
-    message: Message
-    #: The action the tool attached (``ToolContext.set_action``), if any.
-    action: AgentAction | None = None
-    #: True when the call failed and the model receives ``error: ...`` (D15).
-    is_error: bool = False
-
-
-@register_type("relaykit.PendingToolCall", exclude=("point",))
-@dataclass(slots=True)
-class PendingToolCall:
-    """An interrupted tool call: what it said and what it saved.
-
-    >>> PendingToolCall({"question": "approve?"}).info
-    {'question': 'approve?'}
-    """
-
-    #: What the tool's ``ToolInterrupt`` told the caller (application-defined, hence ``Any``).
-    info: Any = None
-    #: What the tool's ``ToolInterrupt`` saved (application-defined, hence ``Any``).
-    state: Any = None
-    # Its interrupt point, until the agent's composite interrupt collects it (not saved: the
-    # checkpoint saves the whole tree).
-    point: InterruptContext | None = field(default=None, repr=False, compare=False)
-
-
-@register_type("relaykit.ChatModelAgentState")
-@dataclass(slots=True)
-class ChatModelAgentState:
-    """A ChatModelAgent paused in a tool batch (its interrupt state).
-
-    >>> call = ToolCall("call_1", "approve", "{}")
-    >>> state = ChatModelAgentState([Message.assistant("", [call])], [call])
-    >>> state.pending, state.remaining_iterations
-    ({}, 0)
-    """
-
-    #: The conversation so far, ending with the model reply whose calls are running.
-    messages: list[Message]
-    #: The calls of that reply, in the model's order.
-    calls: list[ToolCall]
-    #: The finished calls' results, by tool-call id (not run again on resume).
-    results: dict[str, ToolCallResult] = field(default_factory=dict)
-    #: The interrupted calls, by tool-call id.
-    pending: dict[str, PendingToolCall] = field(default_factory=dict)
-    #: The model calls the agent may still make (``max_iterations`` minus those made).
-    remaining_iterations: int = 0
-    #: The id of the call whose result ends the agent's turn (``return_directly``), if any.
-    return_directly_call: str | None = None
-
-
-class _TransferTool:
-    """``transfer_to_agent`` for one set of targets (D22): the spec's ``enum`` lists them, and
-    a call naming any other agent goes back to the model as ``error: ...`` (no action set)."""
-
-    __slots__ = ("_error", "_targets", "spec")
-
-    name = TRANSFER_TOOL_NAME
-
-    def __init__(self, targets: Sequence[str]) -> None:
-        self.spec = transfer_tool_spec(targets)
-        self._targets = frozenset(targets)
-        self._error = f"valid agents: {', '.join(targets)}"
-
-    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
-        name = arguments.get("agent_name")
-        if not isinstance(name, str) or not name:
-            raise ToolError("transfer_to_agent needs a string argument 'agent_name'")
-        if name not in self._targets:
-            raise ToolError(f"cannot transfer to '{name}'; {self._error}")
-        ctx.set_action(AgentAction(transfer_to_agent=TransferToAgentAction(name)))
-        return f"successfully transferred to agent [{name}]"
-
-    def accepts(self, call: ToolCall) -> bool:
-        """True when ``call`` names a valid target (checked before a batch runs)."""
-        arguments = _parse_arguments(call)
-        return (
-            not isinstance(arguments, ToolCallResult)
-            and arguments.get("agent_name") in self._targets
-        )
-
-
-class _ExitTool:
-    spec = EXIT_TOOL
-    name = EXIT_TOOL.name
-
-    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> str:
-        result = arguments.get("final_result")
-        if not isinstance(result, str):
-            raise ToolError("exit needs a string argument 'final_result'")
-        ctx.set_action(AgentAction(exit=True))
-        return result
-
-
-_EXIT = _ExitTool()
-
-
-@dataclass(slots=True)
-class _Prepared:
-    instruction: str
-    tools: dict[str, Tool]
-    specs: list[ToolSpec]
-    return_directly: frozenset[str]
-
-
-def _tool_message(call: ToolCall, content: str) -> Message:
-    return Message("tool", content, [], call.id, call.name)
-
-
-def _error_result(call: ToolCall, text: str) -> ToolCallResult:
-    """A bad call answered with ``error: <text>`` for the model to correct (D15)."""
-    return ToolCallResult(_tool_message(call, f"error: {text}"), None, True)
-
-
-# -- tool-call ids (D24) -----------------------------------------------------------------------
-def _with_unique_call_ids(reply: Message) -> Message:
-    """``reply`` with every empty or repeated tool-call id replaced by ``<id or "call">_<n>``
-    (``n``: the call's index in the reply); the first occurrence of an id keeps it.
-
-    Some OpenAI-compatible servers send empty or duplicate ids; results are paired with their
-    calls by id, so they must be unique. ``reply`` itself is returned when they already are
-    (one set pass: the common case costs next to nothing), else a copy: the provider's message
-    and chunks are left as they were.
-    """
-    calls = reply.tool_calls
-    seen: set[str] = set()
-    for call in calls:
-        if not call.id or call.id in seen:
-            break
-        seen.add(call.id)
-    else:
-        return reply
-    taken = {call.id for call in calls}  # a new id must not take a later call's own id
-    seen.clear()
-    unique: list[ToolCall] = []
-    for n, call in enumerate(calls):
-        call_id = call.id
-        if not call_id or call_id in seen:
-            call_id = f"{call.id or 'call'}_{n}"
-            while call_id in taken or call_id in seen:
-                call_id = f"{call_id}_{n}"
-            call = ToolCall(call_id, call.name, call.arguments, call.index)
-        seen.add(call_id)
-        unique.append(call)
-    return dataclasses.replace(reply, tool_calls=unique)
-
-
-class _ReplyStream(MessageStream):
-    """A model's streamed reply as the agent yields it (D24): iterating it gives the provider's
-    chunks as they arrive (ids as the provider sent them); the collected message -- what the
-    run history, the agent and the next model call use -- has unique tool-call ids.
-
-    It shares the model stream's buffer instead of re-reading it, so the chunks cost nothing
-    extra; whoever collects it (the run history, the agent, the caller, before or after the
-    others) gets the same message.
-    """
-
-    __slots__ = ("_reply",)
-
-    def __init__(self, stream: MessageStream) -> None:
-        # Sharing ``_source`` (private to messages.py) is deliberate: a pass-through iterator
-        # would buffer every chunk twice and take a second lock per chunk.
-        self._source = stream._source
-        self._reply: Message | None = None
-
-    async def collect(self) -> Message:
-        """The concatenated reply with unique tool-call ids (cached)."""
-        reply = self._reply
-        if reply is None:
-            reply = self._reply = _with_unique_call_ids(await super().collect())
-        return reply
-
-    @property
-    def chunks(self) -> list[Message]:
-        """The buffered chunks; once ids were rewritten, the collected reply as one chunk.
-
-        Checkpoints and sessions store a stream as the concatenation of its ``chunks``: this
-        way they store the ids the history and the model saw, not the provider's."""
-        reply = self._reply
-        if reply is not None and self._source.message is not reply:
-            return [reply]
-        return list(self._source.chunks)
-
-
-# -- tool-call arguments and results -----------------------------------------------------------
-def _parse_arguments(call: ToolCall) -> dict[str, object] | ToolCallResult:
-    """The call's JSON arguments as a dict, or the ``error: ...`` result for the model (D15)."""
-    text = call.arguments
-    if not text or text.isspace():
-        return {}
-    try:
-        arguments = json.loads(text)
-    except RecursionError:  # deeper than the interpreter can parse
-        return _error_result(call, _too_deep(call))
-    except ValueError as exc:
-        return _error_result(call, f"arguments of tool '{call.name}' are not valid JSON: {exc}")
-    if not isinstance(arguments, dict):
-        return _error_result(call, f"arguments of tool '{call.name}' must be a JSON object")
-    # Nesting cannot exceed the number of opening brackets: usual arguments are never walked.
-    if text.count("{") + text.count("[") > MAX_ARGUMENT_DEPTH and _deeper_than(
-        arguments, MAX_ARGUMENT_DEPTH
-    ):
-        return _error_result(call, _too_deep(call))
-    return arguments
-
-
-def _too_deep(call: ToolCall) -> str:
-    return f"arguments of tool '{call.name}' are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether parsed JSON ``value`` nests objects/arrays more than ``limit`` levels deep
-    (iterative: the value may be as deep as the parser allowed)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if level > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((c, level + 1) for c in children if isinstance(c, (dict, list)))
-    return False
-
-
-def _result_text(call: ToolCall, result: object) -> str:
-    """A tool's return value as the tool message's content: a ``str`` as is, anything else as
-    JSON. A value that cannot be JSON is the tool failing (``SerializationError``): the model
-    must never receive invalid JSON, nor a silent ``str()`` of an unknown object."""
-    if isinstance(result, str):
-        return result
-    try:
-        value = to_jsonable_python(result, bytes_mode="base64", fallback=_not_jsonable)
-    except _NotJSONable as exc:
-        what = f"an object of type {type(exc.value).__qualname__}"
-    except (ValueError, RecursionError) as exc:  # pydantic refuses cycles and extreme depth
-        what = str(exc) or type(exc).__name__
-    else:
-        try:
-            return json.dumps(value, allow_nan=False, ensure_ascii=False)
-        except (ValueError, TypeError, RecursionError) as exc:  # NaN and infinities, mostly
-            what = _non_finite(value) or str(exc) or type(exc).__name__
-    raise SerializationError(
-        f"tool '{call.name}' returned a value that cannot be sent to the model as JSON: {what}"
-    )
-
-
-class _NotJSONable(Exception):
-    def __init__(self, value: object) -> None:
-        super().__init__(type(value).__qualname__)
-        self.value = value
-
-
-def _not_jsonable(value: object) -> NoReturn:
-    """pydantic's fallback for a value it does not know: refuse it (never ``str()`` it)."""
-    raise _NotJSONable(value)
-
-
-def _non_finite(value: object) -> str | None:
-    """``float NaN`` / ``float infinity`` for the first non-finite float in a JSON-able
-    ``value``, else None."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            if math.isnan(item):
-                return "float NaN"
-            return "float infinity" if item > 0 else "float -infinity"
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
-
-
-def _name_tool(exc: BaseException, call: ToolCall) -> None:
-    """Note on a tool's exception which call raised it (the event's error stays ``exc``)."""
-    note = f"raised by tool '{call.name}' (tool call {call.id!r})"
-    if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
 
 
 class ChatModelAgent:
@@ -433,7 +144,7 @@ class ChatModelAgent:
         self.return_directly = frozenset(return_directly)
         #: Whether the built-in ``exit`` tool is offered.
         self.exit_tool = exit_tool
-        self._prepared: dict[tuple[tuple[str, str], ...], _Prepared] = {}
+        self._prepared: dict[tuple[tuple[str, str], ...], Prepared] = {}
         self._tools: tuple[Tool, ...] = ()
         self.tools = tools
 
@@ -469,7 +180,7 @@ class ChatModelAgent:
         return f"ChatModelAgent(name={self.name!r})"
 
     # -- preparation -----------------------------------------------------------------------
-    def _prepare(self, ctx: RunContext) -> _Prepared:
+    def _prepare(self, ctx: RunContext) -> Prepared:
         flow = ctx.flow
         targets: tuple[tuple[str, str], ...] = ()
         if flow is not None:
@@ -484,18 +195,16 @@ class ChatModelAgent:
             if targets:
                 instruction = f"{instruction}\n\n{transfer_instruction(targets)}"
                 # Built once per set of targets (this cache), never per call (D22).
-                tools[TRANSFER_TOOL_NAME] = _TransferTool([n for n, _ in targets])
+                tools[TRANSFER_TOOL_NAME] = TransferTool([n for n, _ in targets])
                 rd.add(TRANSFER_TOOL_NAME)
             if self.exit_tool:
-                tools[EXIT_TOOL.name] = _EXIT
+                tools[EXIT_TOOL.name] = EXIT
                 rd.add(EXIT_TOOL.name)
-            prepared = _Prepared(
-                instruction, tools, [t.spec for t in tools.values()], frozenset(rd)
-            )
+            prepared = Prepared(instruction, tools, [t.spec for t in tools.values()], frozenset(rd))
             self._prepared[targets] = prepared
         return prepared
 
-    def _system_message(self, ctx: RunContext, prepared: _Prepared) -> Message | None:
+    def _system_message(self, ctx: RunContext, prepared: Prepared) -> Message | None:
         if not prepared.instruction:
             return None
         base = self.instruction
@@ -585,7 +294,7 @@ class ChatModelAgent:
                 # D24: the reply recorded (history, next model call) and executed has unique
                 # tool-call ids; a streamed reply's chunks stay the provider's.
                 if streaming:
-                    stream = _ReplyStream(model.stream(request))
+                    stream = ReplyStream(model.stream(request))
                     try:
                         yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
                         reply = await stream.collect()
@@ -595,7 +304,7 @@ class ChatModelAgent:
                 else:
                     reply = await model.generate(request)
                     if reply.tool_calls:
-                        reply = _with_unique_call_ids(reply)
+                        reply = with_unique_call_ids(reply)
                     yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
                 messages.append(reply)
                 if not reply.tool_calls:
@@ -647,7 +356,7 @@ class ChatModelAgent:
 
     @staticmethod
     def _refuse_partial_transfers(
-        prepared: _Prepared,
+        prepared: Prepared,
         state: ChatModelAgentState,
         todo: list[tuple[ToolCall, ResumeInfo | None]],
     ) -> list[AgentEvent]:
@@ -655,7 +364,7 @@ class ChatModelAgent:
         that cannot be reached (D22), none transfers: the valid ones are answered with an
         error too (removed from ``todo``) and the model is called again to choose anew."""
         transfer = prepared.tools.get(TRANSFER_TOOL_NAME)
-        if not isinstance(transfer, _TransferTool):
+        if not isinstance(transfer, TransferTool):
             return []
         calls = [c for c, _ in todo if c.name == TRANSFER_TOOL_NAME]
         if len(calls) < 2 or all(transfer.accepts(c) for c in calls):
@@ -665,7 +374,7 @@ class ChatModelAgent:
         events = []
         for call in calls:
             if call.id in refused:
-                result = _error_result(
+                result = error_result(
                     call,
                     "not transferred: another transfer_to_agent call "
                     "in this response names an agent that cannot be "
@@ -684,7 +393,7 @@ class ChatModelAgent:
     async def _batch(
         self,
         ctx: RunContext,
-        prepared: _Prepared,
+        prepared: Prepared,
         state: ChatModelAgentState,
         todo: list[tuple[ToolCall, ResumeInfo | None]],
     ) -> AsyncIterator[AgentEvent]:
@@ -740,7 +449,7 @@ class ChatModelAgent:
     async def _invoke(
         self,
         ctx: RunContext,
-        prepared: _Prepared,
+        prepared: Prepared,
         call: ToolCall,
         resume: ResumeInfo | None,
         history: list[Message],
@@ -748,9 +457,9 @@ class ChatModelAgent:
         tool = prepared.tools.get(call.name)
         if tool is None:
             available = ", ".join(sorted(prepared.tools)) or "none"
-            return _error_result(call, f"unknown tool '{call.name}'; available tools: {available}")
+            return error_result(call, f"unknown tool '{call.name}'; available tools: {available}")
         # Parsed here for every kind of tool (function, agent, MCP, custom): D15 applies to all.
-        arguments = _parse_arguments(call)
+        arguments = parse_arguments(call)
         if isinstance(arguments, ToolCallResult):
             return arguments
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
@@ -777,7 +486,7 @@ class ChatModelAgent:
                         }
                     )
         except ToolError as exc:
-            return ToolCallResult(_tool_message(call, f"error: {exc}"), tctx.action, True)
+            return ToolCallResult(tool_message(call, f"error: {exc}"), tctx.action, True)
         except ToolInterrupt as ti:
             ev = (
                 composite_interrupt(run_ctx, ti.info, ti.state, *ti.sub_interrupts)
@@ -786,7 +495,7 @@ class ChatModelAgent:
             )
             return PendingToolCall(ti.info, ti.state, _point_of(ev))
         except Exception as exc:  # the tool failed: the agent's error event (D9, FA-13)
-            _name_tool(exc, call)
+            name_tool(exc, call)
             raise
         except BaseException as exc:
             # D24/D9: a CancelledError the tool caught from something else, a GeneratorExit it
@@ -795,7 +504,7 @@ class ChatModelAgent:
             if must_propagate(exc):
                 raise
             raise ended_with(exc, f"tool '{call.name}'") from exc
-        return ToolCallResult(_tool_message(call, _result_text(call, result)), tctx.action)
+        return ToolCallResult(tool_message(call, result_text(call, result)), tctx.action)
 
     def _reinterrupt(
         self, ctx: RunContext, call: ToolCall, pending: PendingToolCall

@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from relaykit._aio import closing, ended_with, must_propagate
+from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
 from relaykit.agent import Agent, AgentInput
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import AbortedError, ConfigurationError
 from relaykit.events import AgentEvent
-from relaykit.flow import FlowAgent, _thrown_into_us, as_flow_agent
+from relaykit.flow import FlowAgent, as_flow_agent
 from relaykit.interrupts import AddressSegment, ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = [
@@ -161,7 +161,7 @@ class _Workflow:
                     # D24: a sub-agent ending with CancelledError, GeneratorExit or another
                     # exception is its error event, which stops the workflow (D17); outside
                     # cancellation and our own generator being closed propagate.
-                    if must_propagate(exc) or _thrown_into_us(exc):
+                    if must_propagate(exc) or thrown_into_us(exc):
                         raise
                     yield AgentEvent(
                         sub.name, ctx.run_path, error=ended_with(exc, f"agent '{sub.name}'")
