@@ -8,6 +8,7 @@ Alembic environment (``relaykit/_migrations``) with its own version table.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from pathlib import Path
 from typing import Any, Final
@@ -23,10 +24,12 @@ __all__ = [
     "MIGRATIONS_DIR",
     "SQLITE_BUSY_TIMEOUT_MS",
     "VERSION_TABLE",
+    "Schema",
     "check_engine",
     "create_store_engine",
     "database_now",
     "describe_failure",
+    "engine_repr",
     "migrate",
     "url_scheme",
 ]
@@ -258,3 +261,31 @@ def describe_failure(exc: BaseException) -> str:
         details.append(errno.errorcode.get(original.errno, f"errno {original.errno}"))
     name = type(original).__name__
     return f"{name} ({', '.join(details)})" if details else name
+
+
+class Schema:
+    """relaykit's tables in one engine's database, migrated once per owner object: by
+    ``ensure()`` on first use (or an explicit ``open()``), under an asyncio lock here and
+    ``migrate``'s cross-process lock there."""
+
+    __slots__ = ("_engine", "_lock", "_ready")
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    async def ensure(self) -> None:
+        """Migrate the database to the newest revision unless this object already did."""
+        if self._ready:
+            return
+        async with self._lock:
+            if not self._ready:
+                await migrate(self._engine)
+                self._ready = True
+
+
+def engine_repr(owner: object, engine: AsyncEngine) -> str:
+    """``Owner('<url without password>')``: what a store's ``repr`` shows."""
+    url = engine.url.render_as_string(hide_password=True)
+    return f"{type(owner).__name__}({url!r})"

@@ -12,7 +12,6 @@ all processes (see ``relaykit._db.migrate``).
 
 from __future__ import annotations
 
-import asyncio
 from types import TracebackType
 from typing import Self
 
@@ -107,12 +106,10 @@ class DatabaseCheckpointStore:
             self._owns_engine = False
         self._backend = self._engine.dialect.name
         self._now = _db.database_now(self._backend)
-        self._schema_ready = False
-        self._schema_lock = asyncio.Lock()
+        self._schema = _db.Schema(self._engine)
 
     def __repr__(self) -> str:
-        url = self._engine.url.render_as_string(hide_password=True)
-        return f"{type(self).__name__}({url!r})"
+        return _db.engine_repr(self, self._engine)
 
     async def open(self) -> None:
         """Create or upgrade the checkpoints table now (otherwise the first operation does).
@@ -123,12 +120,7 @@ class DatabaseCheckpointStore:
             await self._ensure_schema()
 
     async def _ensure_schema(self) -> None:
-        if self._schema_ready:
-            return
-        async with self._schema_lock:
-            if not self._schema_ready:
-                await _db.migrate(self._engine)
-                self._schema_ready = True
+        await self._schema.ensure()
 
     async def get(self, checkpoint_id: str) -> bytes | None:
         """The bytes saved under ``checkpoint_id``, or None."""

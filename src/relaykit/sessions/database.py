@@ -21,7 +21,6 @@ How the rules are kept:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import time
@@ -255,8 +254,7 @@ class DatabaseSessionService:
         self._create, self._upsert_state, self._upsert_checkpoint = _dialect_statements(
             self._backend
         )
-        self._schema_ready = False
-        self._schema_lock = asyncio.Lock()
+        self._schema = _db.Schema(self._engine)
         self._local_locks = KeyedLocks()
         self._sqlite_sql: _SqliteSql | None = None  # compiled on the first append
         # PostgreSQL: connections of ended turn locks, kept to serve the next ones (opening a
@@ -264,8 +262,7 @@ class DatabaseSessionService:
         self._idle_lock_connections: list[AsyncConnection] = []
 
     def __repr__(self) -> str:
-        url = self._engine.url.render_as_string(hide_password=True)
-        return f"{type(self).__name__}({url!r})"
+        return _db.engine_repr(self, self._engine)
 
     # -- schema, connections ----------------------------------------------------------------
     async def open(self) -> None:
@@ -277,12 +274,7 @@ class DatabaseSessionService:
             await self._ensure_schema()
 
     async def _ensure_schema(self) -> None:
-        if self._schema_ready:
-            return
-        async with self._schema_lock:
-            if not self._schema_ready:
-                await _db.migrate(self._engine)
-                self._schema_ready = True
+        await self._schema.ensure()
 
     @asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncConnection]:
