@@ -304,12 +304,21 @@ class Runner:
             raise ConfigurationError("resume() needs the checkpoint_id the run was saved under")
         validate_checkpoint_id(checkpoint_id)
         self._reject_session_options(user_id, session_id, state_delta)
+        if targets is not None and not isinstance(targets, Mapping):
+            raise ConfigurationError(
+                "resume(targets=...) takes a mapping of interrupt id to resume data, not "
+                f"{type(targets).__name__}"
+            )
+        if session_values is not None and not isinstance(session_values, Mapping):
+            raise ConfigurationError(
+                f"session_values must be a mapping, not {type(session_values).__name__}"
+            )
         return self._resume(
             checkpoint_id, dict(targets or {}), session_values, skip_transfer_messages
         )
 
     async def invoke(
-        self, messages: str | Sequence[Message], **options: Unpack[RunKwargs]
+        self, messages: str | Message | Sequence[Message], **options: Unpack[RunKwargs]
     ) -> RunResult:
         """Run to the end and return the result (the event stream, collected).
 
@@ -329,7 +338,12 @@ class Runner:
         >>> result.output.content
         'It is sunny in Paris.'
         """
-        msgs = [Message.user(messages)] if isinstance(messages, str) else messages
+        if isinstance(messages, str):
+            msgs: Sequence[Message] = [Message.user(messages)]
+        elif isinstance(messages, Message):
+            msgs = [messages]
+        else:
+            msgs = messages
         return await collect(self.run(msgs, **options))
 
     async def invoke_resume(
@@ -387,27 +401,35 @@ class Runner:
             cp, interrupted = decode_checkpoint(
                 data, key=self._signing_key, what=f"checkpoint {checkpoint_id!r}"
             )
-            known = {p.id for p in cp.points}
+            causes = {c.id for c in interrupted.contexts}
             for target in targets:
-                if target not in known:
+                if target not in causes:
+                    kind = (
+                        "a composite point (it wraps others)"
+                        if any(p.id == target for p in cp.points)
+                        else "not an interrupt point"
+                    )
                     raise ResumeTargetError(
-                        f"resume target {target!r} is not an interrupt point of checkpoint "
-                        f"{checkpoint_id!r}; its points are {sorted(known)}",
+                        f"resume target {target!r} is {kind} of checkpoint "
+                        f"{checkpoint_id!r}; answer one of its waiting points: "
+                        f"{sorted(causes)}",
                         target,
                     )
+            history = cp.history()
+            if session_values:
+                history.values.update(session_values)
+            ctx = RunContext(
+                root_input=cp.root_input,
+                history=history,
+                options=RunOptions(skip, self.max_transfers),
+                resume_state=ResumeState.of(interrupted, targets),
+            )
+            gen = self._root.resume(ctx, cp.resume_info(interrupted))
         except BaseException:
+            # Nothing ran: the checkpoint stays, unclaimed, for a resume that can use it.
             await claim.release()
+            await claim.stop_renewing()
             raise
-        history = cp.history()
-        if session_values:
-            history.values.update(session_values)
-        ctx = RunContext(
-            root_input=cp.root_input,
-            history=history,
-            options=RunOptions(skip, self.max_transfers),
-            resume_state=ResumeState.of(interrupted, targets),
-        )
-        gen = self._root.resume(ctx, cp.resume_info(interrupted))
         async with closing(self._drive(ctx, gen, checkpoint_id, claim)) as events:
             async for ev in events:
                 yield ev

@@ -536,3 +536,36 @@ async def test_outside_cancellation_propagates_and_closes_the_agents() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert closed.is_set()
+
+
+async def test_resume_arguments_of_the_wrong_type_are_refused_at_call_time() -> None:
+    store = InMemoryCheckpointStore()
+    payments = Payments()
+    runner = rk.Runner(_desk(payments, ["o1"]), checkpoint_store=store)
+    await _interrupt(runner, checkpoint_id="t1")
+    with pytest.raises(errors.ConfigurationError, match="targets"):
+        runner.resume("t1", targets=["id"])  # type: ignore[arg-type]
+    with pytest.raises(errors.ConfigurationError, match="session_values must be a mapping"):
+        runner.resume("t1", session_values=[1, 2])  # type: ignore[arg-type]
+    await _drain(runner.resume("t1"))  # nothing was claimed by the refused calls
+    assert payments.paid == ["o1"]
+
+
+async def test_a_composite_point_as_target_is_refused_and_the_claim_released() -> None:
+    """Only the points that wait (root causes) take resume data; naming their composite
+    parent (here the chat agent's own point) is a ResumeTargetError, before anything runs."""
+    store = InMemoryCheckpointStore()
+    payments = Payments()
+    runner = rk.Runner(_desk(payments, ["o1"]), checkpoint_store=store)
+    info = await _interrupt(runner, checkpoint_id="t1")
+    parent = info.contexts[0].parent
+    assert parent is not None
+    with pytest.raises(errors.ResumeTargetError, match="composite point"):
+        await _drain(runner.resume("t1", targets={parent.id: True}))
+    await _drain(runner.resume("t1", targets={info.contexts[0].id: True}))
+    assert payments.paid == ["o1"]
+
+
+async def test_invoke_accepts_a_single_message() -> None:
+    result = await rk.Runner(_desk(Payments(), ["o1"])).invoke(Message.user("refund please"))
+    assert result.interrupt is not None

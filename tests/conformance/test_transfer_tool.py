@@ -320,3 +320,44 @@ async def test_d22_one_bad_name_among_several_transfers_performs_none(order: lis
         "billing here",
         None,
     )
+
+
+async def test_d3_transfers_sharing_a_reply_with_a_pausing_tool_all_run_after_resume() -> None:
+    """D3 + D21: a reply calling a tool that pauses and transferring to B then C: the
+    transfer results are held across the pause and delivered with the batch (the results of
+    one message go together), so after the resume B runs, then C (none is lost)."""
+
+    @rk.tool
+    def ask(ctx: rk.ToolContext, q: str) -> str:
+        """Asks a human."""
+        if not ctx.is_resume_target:
+            raise rk.ToolInterrupt({"q": q})
+        return "ok"
+
+    def tree() -> tuple[rk.Agent, rk.ScriptedModel, rk.ScriptedModel]:
+        reply = rk.Message.assistant(
+            "", [rk.ToolCall("a1", "ask", '{"q": "root"}'), transfer_call("B", "t1"),
+                 transfer_call("C", "t2")])
+        root = rk.ChatModelAgent("R", "root", "i", rk.ScriptedModel([reply]), tools=[ask])
+        b, bm = agent("B", [say("B here")])
+        c, cm = agent("C", [say("C here")])
+        return rk.set_sub_agents(root, [b, c]), bm, cm
+
+    store = rk.InMemoryCheckpointStore()
+    first_tree, first_b, _ = tree()
+    first = await rk.Runner(first_tree, checkpoint_store=store).invoke("go")
+    assert first.interrupt is not None and first.checkpoint_id is not None
+    assert first_b.requests == []
+    resumed_tree, b_model, c_model = tree()
+    second = await rk.Runner(resumed_tree, checkpoint_store=store).invoke_resume(
+        first.checkpoint_id, targets={first.interrupt.contexts[0].id: True})
+    assert len(b_model.requests) == 1 and len(c_model.requests) == 1
+    texts = [(ev.agent_name, ev.output.message.content) for ev in second.events
+             if ev.output is not None and ev.output.message is not None]
+    assert texts == [
+        ("R", "ok"),
+        ("R", "successfully transferred to agent [B]"),
+        ("R", "successfully transferred to agent [C]"),
+        ("B", "B here"),
+        ("C", "C here"),
+    ]

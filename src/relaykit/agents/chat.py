@@ -318,8 +318,7 @@ class ChatModelAgent:
                         state.return_directly_call = call.id
                         break
                 todo: list[tuple[ToolCall, ResumeInfo | None]] = [(c, None) for c in state.calls]
-                for ev in self._refuse_partial_transfers(prepared, state, todo):
-                    yield ev
+                self._refuse_partial_transfers(prepared, state, todo)
             else:
                 state, paused = paused, None
                 todo = []
@@ -343,10 +342,15 @@ class ChatModelAgent:
                 return
             for call in state.calls:
                 messages.append(state.results[call.id].message)
+            # D3: the results of transfer (and other return-directly) calls are held until the
+            # whole batch finished -- also across a pause inside the batch -- and delivered
+            # together, in call order, so a chain of transfers is never cut short.
+            for call in state.calls:
+                if call.name in prepared.return_directly:
+                    yield _result_event(state.results[call.id])
             rd = state.return_directly_call
             if rd is not None:
                 result = state.results[rd]
-                yield _result_event(result)  # held until the whole batch finished
                 if not result.is_error:  # a failed call does not return directly (D15, D22)
                     # exit_loop's "exiting the loop" is a notice, not the agent's answer.
                     if result.message.tool_name != EXIT_LOOP_TOOL_NAME:
@@ -359,31 +363,27 @@ class ChatModelAgent:
         prepared: Prepared,
         state: ChatModelAgentState,
         todo: list[tuple[ToolCall, ResumeInfo | None]],
-    ) -> list[AgentEvent]:
+    ) -> None:
         """Several transfer calls in one response form a chain (D3); if any names an agent
         that cannot be reached (D22), none transfers: the valid ones are answered with an
-        error too (removed from ``todo``) and the model is called again to choose anew."""
+        error too (removed from ``todo``; delivered with the other held results) and the
+        model is called again to choose anew."""
         transfer = prepared.tools.get(TRANSFER_TOOL_NAME)
         if not isinstance(transfer, TransferTool):
-            return []
+            return
         calls = [c for c, _ in todo if c.name == TRANSFER_TOOL_NAME]
         if len(calls) < 2 or all(transfer.accepts(c) for c in calls):
-            return []
+            return
         refused = {c.id for c in calls if transfer.accepts(c)}
         todo[:] = [item for item in todo if item[0].id not in refused]
-        events = []
         for call in calls:
             if call.id in refused:
-                result = error_result(
+                state.results[call.id] = error_result(
                     call,
                     "not transferred: another transfer_to_agent call "
                     "in this response names an agent that cannot be "
                     "reached; call it again with valid agents only",
                 )
-                state.results[call.id] = result
-                if call.id != state.return_directly_call:  # that one is delivered last
-                    events.append(_result_event(result))
-        return events
 
     def _save_output(self, ctx: RunContext, text: str) -> None:
         if self.output_key:
@@ -402,13 +402,13 @@ class ChatModelAgent:
         A failing call ends the batch with its error; the calls still running are cancelled
         and awaited (also when the agent itself is cancelled or closed) -- no task outlives it.
         """
-        rd = state.return_directly_call
+        held = prepared.return_directly  # delivered by the loop once the batch finished
         history = state.messages[:-1]
         if len(todo) == 1:
             call, resume = todo[0]
             outcome = await self._invoke(ctx, prepared, call, resume, history)
             ev = self._settle(state, call, outcome)
-            if ev is not None and call.id != rd:
+            if ev is not None and call.name not in held:
                 yield ev
             return
         tasks = {
@@ -427,7 +427,7 @@ class ChatModelAgent:
                             f"tool '{call.name}' ended with CancelledError (its task was cancelled)"
                         )
                     ev = self._settle(state, call, task.result())
-                    if ev is not None and call.id != rd:
+                    if ev is not None and call.name not in held:
                         yield ev
         finally:
             for task in tasks:
