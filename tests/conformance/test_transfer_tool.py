@@ -336,8 +336,13 @@ async def test_d3_transfers_sharing_a_reply_with_a_pausing_tool_all_run_after_re
 
     def tree() -> tuple[rk.Agent, rk.ScriptedModel, rk.ScriptedModel]:
         reply = rk.Message.assistant(
-            "", [rk.ToolCall("a1", "ask", '{"q": "root"}'), transfer_call("B", "t1"),
-                 transfer_call("C", "t2")])
+            "",
+            [
+                rk.ToolCall("a1", "ask", '{"q": "root"}'),
+                transfer_call("B", "t1"),
+                transfer_call("C", "t2"),
+            ],
+        )
         root = rk.ChatModelAgent("R", "root", "i", rk.ScriptedModel([reply]), tools=[ask])
         b, bm = agent("B", [say("B here")])
         c, cm = agent("C", [say("C here")])
@@ -350,10 +355,14 @@ async def test_d3_transfers_sharing_a_reply_with_a_pausing_tool_all_run_after_re
     assert first_b.requests == []
     resumed_tree, b_model, c_model = tree()
     second = await rk.Runner(resumed_tree, checkpoint_store=store).invoke_resume(
-        first.checkpoint_id, targets={first.interrupt.contexts[0].id: True})
+        first.checkpoint_id, targets={first.interrupt.contexts[0].id: True}
+    )
     assert len(b_model.requests) == 1 and len(c_model.requests) == 1
-    texts = [(ev.agent_name, ev.output.message.content) for ev in second.events
-             if ev.output is not None and ev.output.message is not None]
+    texts = [
+        (ev.agent_name, ev.output.message.content)
+        for ev in second.events
+        if ev.output is not None and ev.output.message is not None
+    ]
     assert texts == [
         ("R", "ok"),
         ("R", "successfully transferred to agent [B]"),
