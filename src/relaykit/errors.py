@@ -20,6 +20,7 @@ __all__ = [
     "MaxIterationsError",
     "MaxTransfersError",
     "ModelError",
+    "PluginError",
     "RelayKitError",
     "ResumeTargetError",
     "RunnerError",
@@ -196,6 +197,30 @@ class SessionStoreError(RelayKitError):
     >>> issubclass(SessionStoreError, RelayKitError)
     True
     """
+
+
+class PluginError(RelayKitError):
+    """A plugin hook raised: names the plugin and the hook; the original exception is
+    ``__cause__``. The Runner treats it as a failure of what the hook wraps (the run, the
+    agent, the model call or the tool call).
+
+    >>> err = PluginError("plugin 'audit' failed in before_tool: ValueError: no",
+    ...                   plugin_name="audit", hook="before_tool")
+    >>> err.plugin_name, err.hook
+    ('audit', 'before_tool')
+
+    Args:
+        message: what failed.
+        plugin_name: the name of the plugin whose hook raised.
+        hook: the hook that raised (``before_run``, ``on_event``, ``close``...).
+    """
+
+    def __init__(self, message: str, *, plugin_name: str = "", hook: str = "") -> None:
+        super().__init__(message)
+        #: The name of the plugin whose hook raised.
+        self.plugin_name = plugin_name
+        #: The hook that raised.
+        self.hook = hook
 
 
 class RunnerError(RelayKitError):
