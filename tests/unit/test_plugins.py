@@ -75,7 +75,8 @@ class Recorder(Plugin):
     async def before_tool(
         self, ctx: InvocationContext, agent_name: str, tool_name: str, arguments: dict[str, Any]
     ) -> object | None:
-        return await self._hook("before_tool", agent_name, tool_name, arguments)
+        result: object | None = await self._hook("before_tool", agent_name, tool_name, arguments)
+        return result
 
     async def after_tool(
         self,
@@ -85,7 +86,10 @@ class Recorder(Plugin):
         arguments: dict[str, Any],
         result: object,
     ) -> object | None:
-        return await self._hook("after_tool", agent_name, tool_name, arguments, result)
+        replaced: object | None = await self._hook(
+            "after_tool", agent_name, tool_name, arguments, result
+        )
+        return replaced
 
     async def close(self) -> None:
         await self._hook("close")
