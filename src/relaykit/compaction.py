@@ -207,15 +207,19 @@ def _is_summary(event: SessionEvent) -> bool:
     return compaction_range(event) is not None
 
 
-def _with_latest_summary(start: int, stop: int, latest: _Summary | None) -> int:
-    """The start of a range widened so that it holds the latest summary event."""
+def _with_latest_summary(start: int, stop: int, latest: _Summary | None) -> int | None:
+    """The start of a range widened so that it holds the latest summary event, or None when
+    that summary is stored at or after ``stop``.
+
+    Such a range could not carry the summary forward, and summarising every raw event again
+    instead would cost as much as the compaction saves: the rules wait until the events after
+    the summary move the range past it.
+    """
     if latest is None:
         return start
     if latest.position < stop:
         return min(start, latest.position)
-    # The summary was stored after the range: start from the beginning so that the new
-    # summary stands for everything it did.
-    return 0
+    return None
 
 
 def _open_calls_end(events: Sequence[SessionEvent], start: int, stop: int) -> int:
@@ -265,7 +269,9 @@ def sliding_window_range(
     summary event, when it is stored earlier) to the last event of the last new invocation,
     cut back to its longest prefix in which every tool call has its result (a call of an earlier
     invocation that was never answered does not count). None when there are too few new
-    invocations, no sliding window is configured, or the cut leaves no new event.
+    invocations, no sliding window is configured, the cut leaves no new event, or the latest
+    summary is stored after the range (it could not be carried forward; later invocations
+    move the range past it).
 
     >>> from relaykit.messages import Message
     >>> turns = [SessionEvent(id=f"e{i}", invocation_id=f"i{i}", author="user",
@@ -295,11 +301,11 @@ def sliding_window_range(
     first_new = started.index(new[0])
     start = started[max(0, first_new - overlap)][0]
     stop = new[-1][-1] + 1
-    start = _with_latest_summary(start, stop, latest)
     stop = _open_calls_end(events, start, stop)
     if stop <= new[0][0]:
         return None
-    return start, stop
+    widened = _with_latest_summary(start, stop, latest)
+    return None if widened is None else (widened, stop)
 
 
 def token_retention_range(
@@ -312,8 +318,9 @@ def token_retention_range(
     (summaries not counted) is summarised: the range runs from the first event after the
     latest summary's range (or from that summary event, when it is stored earlier) to the kept
     tail. The tail never starts with the result of a call left out of it: its start moves back
-    to the call. None below the threshold, when no token rule is configured, or when nothing
-    new is left to summarise.
+    to the call. None below the threshold, when no token rule is configured, when nothing new is
+    left to summarise, or when the latest summary is stored inside the kept tail (it could not
+    be carried forward; later events move the tail past it).
 
     >>> from relaykit.messages import Message
     >>> turns = [SessionEvent(id=f"e{i}", invocation_id=f"i{i}", author="user",
@@ -356,7 +363,8 @@ def token_retention_range(
     first_new = latest.end + 1 if latest is not None else 0
     if not any(first_new <= i < boundary for i in raw):
         return None
-    return _with_latest_summary(first_new, boundary, latest), boundary
+    widened = _with_latest_summary(first_new, boundary, latest)
+    return None if widened is None else (widened, boundary)
 
 
 def summary_event(

@@ -328,16 +328,31 @@ def test_token_rule_does_not_count_summaries_and_rolls_forward() -> None:
     assert ids(apply_summaries(events)) == ["s2", "u4", "a4"]
 
 
-def test_token_rule_summary_stored_inside_the_tail() -> None:
+def test_token_rule_waits_while_the_summary_is_inside_the_tail() -> None:
     config = CompactionConfig(token_threshold=10, event_retention_size=3)
     events = turn(1) + turn(2)
     s1 = hand_summary("s1", "u1", "a1")
     events = [*events, s1, *turn(3)]  # s1 is stored after a2, which the tail keeps
-    # Raw: u1 a1 u2 a2 u3 a3; the tail is a2 u3 a3, and s1 lies inside it: start over.
-    assert token_retention_range(events, config, 10) == (0, 3)
-    s2 = summary(events[0:3], "t", "s2")
-    assert compaction_range(s2) == ("u1", "u2")
-    assert ids(apply_summaries([*events, s2])) == ["s2", "a2", "u3", "a3"]
+    # Raw: u1 a1 u2 a2 u3 a3; the tail is a2 u3 a3 and holds s1: s1 cannot be carried.
+    assert token_retention_range(events, config, 10) is None
+    events += turn(4)  # the tail (u3 a3 u4... ) has moved past s1
+    window = token_retention_range(events, config, 10)
+    assert window is not None
+    assert ids(events[window[0] : window[1]]) == ["u2", "a2", "s1", "u3"]
+    s2 = summary(events[window[0] : window[1]], "t", "s2")
+    assert compaction_range(s2) == ("u1", "u3")
+    assert ids(apply_summaries([*events, s2])) == ["s2", "a3", "u4", "a4"]
+
+
+def test_sliding_window_waits_while_the_summary_is_stored_after_the_range() -> None:
+    config = CompactionConfig(compaction_interval=2, overlap_size=0)
+    # s1 (covering invocation 1) was stored late, after invocations 2 and 3.
+    events = [*turn(1), *turn(2), *turn(3), hand_summary("s1", "u1", "a1")]
+    assert sliding_window_range(events, config) is None
+    events += turn(4)
+    window = sliding_window_range(events, config)
+    assert window is not None
+    assert ids(events[window[0] : window[1]]) == ["u2", "a2", "u3", "a3", "s1", "u4", "a4"]
 
 
 # --- summary_event ---------------------------------------------------------------------------
