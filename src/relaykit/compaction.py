@@ -16,7 +16,8 @@ order) that return a half-open range ``(start, stop)`` of indices, ``events[star
 
 **Summaries roll forward.** ``SessionService.load_history`` keeps only the latest summary (and
 the events after the range it covers), so a new summary must also stand for what the previous
-one covered. Both rules therefore put the latest summary event inside the range they return;
+one covered. Both rules therefore put the latest summary event inside the range they return
+(and return None while it is stored past the range, until later events move the range past it);
 ``summarize`` gives the summarizer the earlier summaries' text first, then the raw events of the
 range (the overlap invocations among them, so the summarizer sees them in full again), and
 ``summary_event`` makes the new summary cover from the earliest start of the summaries in its
