@@ -1,0 +1,173 @@
+"""One ``append_event`` of DatabaseSessionService: its statements, run inside its transaction.
+
+On PostgreSQL through SQLAlchemy (``_CoreStatements``); on SQLite, the fast path, straight on
+aiosqlite's connection with SQLAlchemy Core's statements compiled once (``_SqliteStatements``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from relaykit.sessions._records import (
+    PreparedAppend,
+    SessionRef,
+    StateWrite,
+    unknown_summary_end,
+)
+from relaykit.sessions._tables import (
+    _BUMP_SESSION,
+    _INSERT_EVENT,
+    _SET_SUMMARY,
+    _SUMMARY_END,
+    _events,
+    _state,
+)
+
+
+async def _append(statements: _AppendStatements, appended: PreparedAppend) -> None:
+    """Store ``appended`` with ``statements``, inside their transaction."""
+    ref = appended.ref
+    bumped = await statements.bump(ref.owner("session"), appended.now)
+    if bumped is None:
+        raise ref.not_found("append an event to")
+    pk, seq = bumped
+    if appended.covers is not None:  # a compaction summary: where the range it covers ends
+        end_seq = await statements.summary_end(pk, appended.covers[1])
+        if end_seq is None:
+            raise unknown_summary_end(appended)
+        await statements.set_summary(pk, seq, end_seq)
+    await statements.insert_event(pk, seq, appended.event.id, appended.data)
+    if appended.writes:
+        await statements.upsert_state(_state_rows(ref, appended.writes))
+
+
+def _state_rows(ref: SessionRef, writes: list[StateWrite]) -> list[dict[str, Any]]:
+    """The rows of ``writes``, in their (sorted) order: see prepare_state on deadlocks."""
+    return [
+        {
+            "owner": ref.owner(write.scope),
+            "key": write.key,
+            "scope": write.scope,
+            "app_name": ref.app_name,
+            "user_id": ref.user_id if write.scope != "app" else "",
+            "session_id": ref.session_id if write.scope == "session" else "",
+            "value": write.data,
+        }
+        for write in writes
+    ]
+
+
+class _AppendStatements(Protocol):
+    """The statements of an append, run inside its transaction."""
+
+    async def bump(self, session_key: bytes, now: float) -> tuple[int, int] | None:
+        """Count the event in and touch the session: its ``pk`` and the event's ``seq``, or
+        None when the session does not exist."""
+        ...
+
+    async def summary_end(self, session_pk: int, event_id: str) -> int | None:
+        """The ``seq`` of the event ``event_id`` (the last if several), or None."""
+        ...
+
+    async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
+        """Record where the latest compaction summary is and where its range ends."""
+        ...
+
+    async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
+        """Store the event row."""
+        ...
+
+    async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
+        """Write the state rows, in their order."""
+        ...
+
+
+class _CoreStatements:
+    """The append's statements through SQLAlchemy (PostgreSQL)."""
+
+    __slots__ = ("_conn", "_upsert")
+
+    def __init__(self, conn: AsyncConnection, upsert: sa.Executable) -> None:
+        self._conn, self._upsert = conn, upsert
+
+    async def bump(self, session_key: bytes, now: float) -> tuple[int, int] | None:
+        row = (await self._conn.execute(_BUMP_SESSION, {"key": session_key, "now": now})).first()
+        return None if row is None else (row[0], row[1])
+
+    async def summary_end(self, session_pk: int, event_id: str) -> int | None:
+        found = await self._conn.execute(_SUMMARY_END, {"pk": session_pk, "end": event_id})
+        end: int | None = found.scalar()
+        return end
+
+    async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
+        await self._conn.execute(
+            _SET_SUMMARY, {"session": session_pk, "summary": summary_seq, "end": end_seq}
+        )
+
+    async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
+        await self._conn.execute(
+            _INSERT_EVENT,
+            {"session_pk": session_pk, "seq": seq, "event_id": event_id, "data": data},
+        )
+
+    async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
+        await self._conn.execute(self._upsert, rows)
+
+
+_Compiled = tuple[str, tuple[str, ...]]  # SQL text, names of its parameters in order
+
+
+def _compile(statement: Any, dialect: sa.Dialect, columns: list[str] | None = None) -> _Compiled:
+    compiled = statement.compile(dialect=dialect, column_keys=columns)
+    return str(compiled), tuple(compiled.positiontup or ())
+
+
+class _SqliteSql:
+    """The append's statements compiled once by SQLAlchemy Core for SQLite's driver."""
+
+    __slots__ = ("bump", "insert_event", "set_summary", "summary_end", "upsert_state")
+
+    def __init__(self, dialect: sa.Dialect, upsert: sa.Executable) -> None:
+        self.bump = _compile(_BUMP_SESSION, dialect)
+        self.summary_end = _compile(_SUMMARY_END, dialect)
+        self.set_summary = _compile(_SET_SUMMARY, dialect)
+        self.insert_event = _compile(_INSERT_EVENT, dialect, list(_events.c.keys()))
+        self.upsert_state = _compile(upsert, dialect, list(_state.c.keys()))
+
+
+class _SqliteStatements:
+    """The append's statements on aiosqlite's connection (see ``_append_transaction``)."""
+
+    __slots__ = ("_db", "_sql")
+
+    def __init__(self, db: Any, sql: _SqliteSql) -> None:
+        self._db, self._sql = db, sql
+
+    async def _rows(self, compiled: _Compiled, values: dict[str, Any]) -> list[Any]:
+        sql, names = compiled
+        return list(await self._db.execute_fetchall(sql, [values[name] for name in names]))
+
+    async def bump(self, session_key: bytes, now: float) -> tuple[int, int] | None:
+        rows = await self._rows(self._sql.bump, {"key": session_key, "now": now})
+        return (rows[0][0], rows[0][1]) if rows else None
+
+    async def summary_end(self, session_pk: int, event_id: str) -> int | None:
+        rows = await self._rows(self._sql.summary_end, {"pk": session_pk, "end": event_id})
+        end: int | None = rows[0][0]
+        return end
+
+    async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
+        await self._rows(
+            self._sql.set_summary, {"session": session_pk, "summary": summary_seq, "end": end_seq}
+        )
+
+    async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
+        sql, _ = self._sql.insert_event  # compiled with the table's columns, in this order
+        await self._db.execute(sql, (session_pk, seq, event_id, data))
+
+    async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
+        sql, names = self._sql.upsert_state
+        await self._db.executemany(sql, [[row[name] for name in names] for row in rows])
