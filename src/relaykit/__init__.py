@@ -15,8 +15,10 @@ from relaykit.agents import (
     SequentialAgent,
     Supervisor,
 )
+from relaykit.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
 from relaykit.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from relaykit.codec import register_type
+from relaykit.compaction import CompactionConfig
 from relaykit.context import RunContext
 from relaykit.errors import AgentRunError, ToolError
 from relaykit.events import (
@@ -45,14 +47,18 @@ from relaykit.interrupts import (
     interrupt,
     stateful_interrupt,
 )
+from relaykit.memory import InMemoryMemoryService, MemoryEntry, MemoryService
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
+from relaykit.plugins import InvocationContext, Plugin
 from relaykit.runner import Runner, RunResult
+from relaykit.sessions import InMemorySessionService, Session, SessionEvent, SessionService
 from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, exit_loop, tool
 from relaykit.transfer import with_deterministic_transfer
 
 if TYPE_CHECKING:
     from relaykit.checkpoints.database import DatabaseCheckpointStore
+    from relaykit.sessions.database import DatabaseSessionService
 
 
 def __getattr__(name: str) -> Any:
@@ -61,6 +67,10 @@ def __getattr__(name: str) -> Any:
         from relaykit.checkpoints.database import DatabaseCheckpointStore
 
         return DatabaseCheckpointStore
+    if name == "DatabaseSessionService":
+        from relaykit.sessions.database import DatabaseSessionService
+
+        return DatabaseSessionService
     raise AttributeError(f"module 'relaykit' has no attribute {name!r}")
 
 
@@ -73,25 +83,36 @@ __all__ = [
     "AgentOutput",
     "AgentRunError",
     "AgentTool",
+    "ArtifactService",
     "BaseAgent",
     "Blob",
     "BreakLoopAction",
     "ChatModel",
     "ChatModelAgent",
     "CheckpointStore",
+    "CompactionConfig",
     "DatabaseCheckpointStore",
+    "DatabaseSessionService",
+    "FileArtifactService",
     "FlowAgent",
     "FunctionTool",
     "HistoryEntry",
     "HistoryRewriter",
+    "InMemoryArtifactService",
     "InMemoryCheckpointStore",
+    "InMemoryMemoryService",
+    "InMemorySessionService",
     "InterruptContext",
     "InterruptInfo",
+    "InvocationContext",
     "LoopAgent",
+    "MemoryEntry",
+    "MemoryService",
     "Message",
     "MessageStream",
     "ModelRequest",
     "ParallelAgent",
+    "Plugin",
     "ResumableAgent",
     "ResumeInfo",
     "RunContext",
@@ -101,6 +122,9 @@ __all__ = [
     "Runner",
     "ScriptedModel",
     "SequentialAgent",
+    "Session",
+    "SessionEvent",
+    "SessionService",
     "Supervisor",
     "Tool",
     "ToolCall",
