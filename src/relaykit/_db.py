@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -18,13 +19,14 @@ from sqlalchemy import event
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from relaykit.errors import ConfigurationError
+from relaykit.errors import ConfigurationError, RelayKitError
 
 __all__ = [
     "MIGRATIONS_DIR",
     "SQLITE_BUSY_TIMEOUT_MS",
     "VERSION_TABLE",
     "Schema",
+    "StorageFailures",
     "check_engine",
     "create_store_engine",
     "database_now",
@@ -289,3 +291,41 @@ def engine_repr(owner: object, engine: AsyncEngine) -> str:
     """``Owner('<url without password>')``: what a store's ``repr`` shows."""
     url = engine.url.render_as_string(hide_password=True)
     return f"{type(owner).__name__}({url!r})"
+
+
+class StorageFailures:
+    """Re-raises a failure inside its block as ``error`` (a relaykit error class).
+
+    The new error says what could not be done (``the <store> could not <what>``) and the kind
+    of failure. The original is dropped (``from None``): the driver's message and attributes
+    can hold the SQL and its parameters, that is stored content. relaykit's own errors pass
+    through; so do cancellation and other ``BaseException``s.
+    """
+
+    __slots__ = ("_engine", "_error", "_store", "_what")
+
+    def __init__(
+        self, store: str, what: str, engine: AsyncEngine, error: type[RelayKitError]
+    ) -> None:
+        self._store = store
+        self._what = what
+        self._engine = engine
+        self._error = error
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayKitError):
+            return
+        backend = self._engine.url.drivername
+        raise self._error(
+            f"the {self._store} could not {self._what}: {describe_failure(exc)} from "
+            f"{backend}. Check that the database is reachable and writable (the driver's "
+            "message is withheld: it can contain stored content)"
+        ) from None

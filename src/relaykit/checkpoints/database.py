@@ -27,7 +27,6 @@ from relaykit.errors import (
     CheckpointNotFoundError,
     CheckpointStoreError,
     ConfigurationError,
-    RelayKitError,
 )
 
 try:
@@ -313,44 +312,12 @@ class DatabaseCheckpointStore:
         await self.aclose()
 
 
-class _StorageFailures:
-    """Re-raises a failure inside its block as ``CheckpointStoreError``.
-
-    The new error names the operation, the checkpoint id and the kind of failure. The original
-    is dropped (``from None``): the driver's message and attributes can hold the SQL and its
-    parameters, that is stored content. relaykit's own errors (busy, not found) pass through;
-    so do cancellation and other ``BaseException``s.
-    """
-
-    __slots__ = ("_checkpoint_id", "_engine", "_operation")
-
-    def __init__(self, operation: str, checkpoint_id: str | None, engine: AsyncEngine) -> None:
-        self._operation = operation
-        self._checkpoint_id = checkpoint_id
-        self._engine = engine
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, RelayKitError):
-            return
-        what = (
-            self._operation
-            if self._checkpoint_id is None
-            else f"{self._operation} checkpoint {self._checkpoint_id!r}"
-        )
-        backend = self._engine.url.drivername
-        raise CheckpointStoreError(
-            f"the checkpoint store could not {what}: {_db.describe_failure(exc)} from "
-            f"{backend}. Check that the database is reachable and writable (the driver's "
-            "message is withheld: it can contain stored content)"
-        ) from None
+def _StorageFailures(
+    operation: str, checkpoint_id: str | None, engine: AsyncEngine
+) -> _db.StorageFailures:
+    """Failures in the block become ``CheckpointStoreError`` naming the operation and id."""
+    what = operation if checkpoint_id is None else f"{operation} checkpoint {checkpoint_id!r}"
+    return _db.StorageFailures("checkpoint store", what, engine, CheckpointStoreError)
 
 
 def _stored_bytes(value: object, checkpoint_id: str) -> bytes:
