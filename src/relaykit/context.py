@@ -15,6 +15,7 @@ from relaykit.resume import Address, ResumeState
 
 if TYPE_CHECKING:
     # agent.py imports this module: the agent type is only needed by the type checker.
+    from relaykit._invocation import Invocation
     from relaykit.agent import Agent
 
 __all__ = [
@@ -93,6 +94,10 @@ class RunHistory:
     parent: RunHistory | None = None
     #: How many events of ``parent`` this lane sees: ``parent.visible()[:base]``.
     base: int = 0
+    #: Session mode: the stored events of earlier turns, which every agent of the run reads
+    #: before the root input (docs/sessions.md); empty outside session mode and in the
+    #: separate history of an agent tool.
+    prior: list[RecordedEvent] = field(default_factory=list)
 
     def record(self, event: AgentEvent) -> None:
         """Append ``event`` (already stamped) to the history."""
@@ -106,7 +111,7 @@ class RunHistory:
 
     def fork(self) -> RunHistory:
         """A lane that sees what this history has now, records into its own list."""
-        return RunHistory(self.values, [], self, len(self.visible()))
+        return RunHistory(self.values, [], self, len(self.visible()), self.prior)
 
 
 #: The default of ``Runner(max_transfers=...)`` (docs/errors-and-limits.md#d23).
@@ -134,6 +139,13 @@ class RunOptions:
     transfers: int = 0
     #: The agents of the latest transfers, oldest first (named by the limit's error).
     trail: list[str] = field(default_factory=list)
+    #: Session mode: the session values each agent wrote since its last stored event, by
+    #: agent name (the Runner attaches them to that agent's next event as ``state_delta``);
+    #: None outside session mode (writes are not tracked).
+    writes: dict[str, dict[str, Any]] | None = None
+    #: The plugins and services of the invocation (``relaykit.Invocation``), when the Runner
+    #: has any; agents, model calls and tools reach them here.
+    invocation: Invocation | None = None
 
     def count_transfer(self, source: str, dest: str) -> str | None:
         """Count one transfer from ``source`` to ``dest``; the error text if it exceeds the
@@ -316,8 +328,21 @@ class RunContext:
         return self.history.values.get(key, default)
 
     def set_session_value(self, key: str, value: Any) -> None:
-        """Set one value, visible to every agent of the run (and saved with a checkpoint)."""
+        """Set one value, visible to every agent of the run (and saved with a checkpoint).
+
+        In session mode the write is also stored: as ``state_delta`` of the agent's next
+        stored event, by the scope its prefix names (docs/sessions.md).
+        """
         self.history.values[key] = value
+        writes = self.options.writes
+        if writes is not None:
+            path = self.run_path
+            agent = path[-1].agent_name if path else ""
+            mine = writes.get(agent)
+            if mine is None:
+                writes[agent] = {key: value}
+            else:
+                mine[key] = value
 
     def set_session_values(self, values: Mapping[str, Any]) -> None:
         """Set several values at once.

@@ -31,6 +31,7 @@ from relaykit.context import RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import AgentEvent, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
+from relaykit.messages import Message
 
 __all__ = [
     "FlowAgent",
@@ -44,6 +45,9 @@ __all__ = [
     "set_sub_agents",
 ]
 
+
+#: The author of the user's events in a session; no agent may have this name (D28).
+USER_AUTHOR = "user"
 
 _Arg = TypeVar("_Arg")
 # How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume); the
@@ -365,12 +369,14 @@ class FlowAgent:
 
     # -- history ---------------------------------------------------------------------------
     async def build_input(self, ctx: RunContext) -> AgentInput:
-        """The root input plus the run history, rewritten for this agent (FA-03, FA-07)."""
+        """Earlier turns (session mode), the root input, then the run history, rewritten for
+        this agent (FA-03, FA-07)."""
         root = ctx.root_input
         root_messages = root.messages if root is not None else []
         streaming = root.enable_streaming if root is not None else False
+        prior = ctx.history.prior
         records = ctx.history.visible()
-        if not records and self.history_rewriter is None:
+        if not records and not prior and self.history_rewriter is None:
             return AgentInput(list(root_messages), streaming)
         if self.history_rewriter is None:
             for rec in records:  # streams are read here; the rest is built on first use
@@ -378,11 +384,28 @@ class FlowAgent:
                     out = rec.event.output
                     if out is not None and out.stream is not None:
                         await rec.resolve()
-        skip_ids = transfer_call_ids(records) if ctx.options.skip_transfer_messages else None
+        skip = ctx.options.skip_transfer_messages
+        skip_ids = transfer_call_ids(records) if skip else None
         if self.history_rewriter is None:
-            args = (self.name, list(root_messages), records, len(records), skip_ids)
-            return AgentInput.deferred(lambda: default_history(*args), streaming)
-        entries = [HistoryEntry(True, "", m) for m in root_messages]
+            name = self.name
+            if not prior:
+                args = (name, list(root_messages), records, len(records), skip_ids)
+                return AgentInput.deferred(lambda: default_history(*args), streaming)
+            prior_skip = transfer_call_ids(prior) if skip else None
+            count, first = len(records), list(root_messages)
+
+            def build() -> list[Message]:
+                messages = default_history(name, [], prior, len(prior), prior_skip)
+                messages.extend(first)
+                return default_history(name, messages, records, count, skip_ids)
+
+            return AgentInput.deferred(build, streaming)
+        entries = [
+            HistoryEntry(rec.event.agent_name == USER_AUTHOR, rec.event.agent_name, rec.message)
+            for rec in prior
+            if rec.message is not None
+        ]
+        entries += [HistoryEntry(True, "", m) for m in root_messages]
         for rec in records:
             msg = await rec.resolve()
             if msg is None:

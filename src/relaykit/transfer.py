@@ -87,7 +87,9 @@ class _DeterministicTransfer:
     ) -> AsyncIterator[AgentEvent]:
         """DT-09: the flow agent sees the root input and its own history, shares the values;
         its events are recorded into the parent history too (once, here)."""
-        isolated = RunHistory(ctx.history.values, [RecordedEvent(e) for e in saved])
+        isolated = RunHistory(
+            ctx.history.values, [RecordedEvent(e) for e in saved], prior=ctx.history.prior
+        )
         parent = ctx.history
         last: AgentEvent | None = None
         try:
