@@ -1,4 +1,7 @@
-"""Run every benchmark and write the tables to bench/results/ (``make bench``)."""
+"""Run the benchmarks and write their tables to bench/results/ (``make bench``).
+
+``python -m bench`` runs every suite; ``python -m bench sessions turns`` only those named.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,22 @@ import subprocess
 import sys
 
 RESULTS = pathlib.Path(__file__).parent / "results"
-SUITES = {"core": "bench.core", "turns": "bench.turns", "burst": "bench.burst"}
+SUITES = {
+    "core": "bench.core",
+    "turns": "bench.turns",
+    "burst": "bench.burst",
+    "sessions": "bench.sessions",
+}
 
 
 def main() -> None:
+    names = sys.argv[1:] or list(SUITES)
+    unknown = [name for name in names if name not in SUITES]
+    if unknown:
+        sys.exit(f"unknown suite {', '.join(unknown)}; the suites: {', '.join(SUITES)}")
     RESULTS.mkdir(exist_ok=True)
-    for name, module in SUITES.items():
+    for name in names:
+        module = SUITES[name]
         # Each suite in its own process, so that peak memory is measured per suite.
         out = subprocess.run(
             [sys.executable, "-m", module], check=True, capture_output=True, text=True
