@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import uuid
@@ -10,24 +11,32 @@ from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
 from relaykit._claims import Claim, claim_ttl, describe_store_failure
-from relaykit._tree import validate_tree
+from relaykit._invocation import Invocation
+from relaykit._session_run import DEFAULT_SESSION_LOCK_TIMEOUT, SessionRunner
+from relaykit._tree import unwrap_layers, validate_tree
 from relaykit.agent import Agent, AgentInput
+from relaykit.artifacts.base import ArtifactService
 from relaykit.checkpoints.base import (
     CheckpointStore,
     validate_checkpoint_id,
 )
 from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
+from relaykit.compaction import CompactionConfig
 from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
     ConfigurationError,
+    PluginError,
     ResumeTargetError,
     RunnerError,
 )
-from relaykit.events import AgentEvent
-from relaykit.flow import FlowAgent, as_flow_agent
+from relaykit.events import AgentEvent, AgentOutput, RunStep
+from relaykit.flow import USER_AUTHOR, FlowAgent, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
+from relaykit.memory import MemoryService
 from relaykit.messages import Message
+from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
+from relaykit.sessions.base import SessionService, validate_lock_timeout
 
 __all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
 
@@ -132,29 +141,40 @@ class Runner:
         app_name: str = "relaykit",
         streaming: bool = False,
         checkpoint_store: CheckpointStore | None = None,
-        session_service: None = None,
-        plugins: Sequence[object] = (),
-        artifact_service: None = None,
-        memory_service: None = None,
-        compaction: None = None,
+        session_service: SessionService | None = None,
+        plugins: Sequence[Plugin] = (),
+        artifact_service: ArtifactService | None = None,
+        memory_service: MemoryService | None = None,
+        compaction: CompactionConfig | None = None,
         auto_create_session: bool = True,
         save_input_blobs_as_artifacts: bool = False,
         checkpoint_signing_key: bytes | None = None,
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
+        session_lock_timeout: float = DEFAULT_SESSION_LOCK_TIMEOUT,
     ) -> None:
-        unsupported = {
-            "session_service": session_service,
-            "artifact_service": artifact_service,
-            "memory_service": memory_service,
-            "compaction": compaction,
-            "plugins": tuple(plugins) or None,
-        }
-        for option, value in unsupported.items():
-            if value is not None:
-                raise ConfigurationError(
-                    f"Runner option {option!r} belongs to the durable Runner, which this "
-                    "version does not include yet; leave it unset"
-                )
+        if compaction is not None and not isinstance(compaction, CompactionConfig):
+            raise ConfigurationError(
+                f"compaction must be a CompactionConfig, not {type(compaction).__name__}"
+            )
+        if compaction is not None and session_service is None:
+            raise ConfigurationError(
+                "compaction needs a session service: Runner(..., "
+                "session_service=..., compaction=...)"
+            )
+        if save_input_blobs_as_artifacts and artifact_service is None:
+            raise ConfigurationError(
+                "save_input_blobs_as_artifacts needs Runner(..., artifact_service=...)"
+            )
+        try:
+            lock_timeout = validate_lock_timeout(session_lock_timeout)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"session_lock_timeout: {exc}") from None
+        if session_service is not None and not isinstance(session_service, SessionService):
+            raise ConfigurationError(
+                f"session_service must implement SessionService, not "
+                f"{type(session_service).__name__}"
+            )
+        manager = PluginManager(list(plugins))
         if checkpoint_store is not None:
             missing = [
                 m for m in _STORE_METHODS if not callable(getattr(checkpoint_store, m, None))
@@ -178,6 +198,11 @@ class Runner:
                 "agent's stream, so a run cannot nest transfers without bound)"
             )
         validate_tree(agent)
+        if session_service is not None and _has_agent_named(agent, USER_AUTHOR):
+            raise ConfigurationError(
+                f"an agent is named {USER_AUTHOR!r}: in session mode that is the author of the "
+                "user's events; rename the agent"
+            )
         #: The root agent, as given.
         self.agent = agent
         #: The application's name.
@@ -195,6 +220,34 @@ class Runner:
         self._signing_key = checkpoint_signing_key
         self._root: FlowAgent = as_flow_agent(agent)
         self._warned_unresumable = False
+        #: The session service (None: Eino mode, no sessions).
+        self.session_service = session_service
+        #: The plugins, in the order their hooks run.
+        self.plugins: tuple[Plugin, ...] = manager.plugins
+        #: Where artifacts are kept (session mode), or None.
+        self.artifact_service = artifact_service
+        #: The memory ``load_memory`` and ``ToolContext.search_memory`` search, or None.
+        self.memory_service = memory_service
+        #: The compaction rules (session mode), or None.
+        self.compaction = compaction
+        self._plugins = manager
+        self._sessions: SessionRunner | None = None
+        if session_service is not None:
+            self._sessions = SessionRunner(
+                root=self._root,
+                service=session_service,
+                app_name=app_name,
+                plugins=manager,
+                artifact_service=artifact_service,
+                memory_service=memory_service,
+                compaction=compaction,
+                auto_create_session=auto_create_session,
+                save_input_blobs_as_artifacts=save_input_blobs_as_artifacts,
+                lock_timeout=lock_timeout,
+                signing_key=checkpoint_signing_key,
+                max_transfers=max_transfers,
+                streaming=streaming,
+            )
 
     # -- entry points ----------------------------------------------------------------------
     def run(
@@ -236,6 +289,22 @@ class Runner:
         >>> asyncio.run(main())
         ['greeter']
         """
+        if self._sessions is not None:
+            if checkpoint_id is not None:
+                raise ConfigurationError(
+                    "a Runner with a session service keeps pauses with the session: "
+                    "run(..., user_id=..., session_id=...) without checkpoint_id"
+                )
+            return self._sessions.turn(
+                messages,
+                user_id=user_id,
+                session_id=session_id,
+                resume=False,
+                targets=None,
+                state_delta=state_delta,
+                session_values=session_values,
+                skip=skip_transfer_messages,
+            )
         if checkpoint_id is not None:
             if self.checkpoint_store is None:
                 raise ConfigurationError(
@@ -250,6 +319,8 @@ class Runner:
         )
         if session_values:
             ctx.history.values.update(session_values)
+        if self._plugins:
+            return self._with_plugins(ctx, root_input, checkpoint_id)
         return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
 
     def query(self, text: str, **options: Unpack[RunKwargs]) -> AsyncIterator[AgentEvent]:
@@ -296,6 +367,22 @@ class Runner:
 
         See ``invoke_resume`` for an example.
         """
+        if self._sessions is not None:
+            if checkpoint_id is not None:
+                raise ConfigurationError(
+                    "a Runner with a session service resumes the session's pause: "
+                    "resume(user_id=..., session_id=...) without checkpoint_id"
+                )
+            return self._sessions.turn(
+                [],
+                user_id=user_id,
+                session_id=session_id,
+                resume=True,
+                targets=targets,
+                state_delta=state_delta,
+                session_values=session_values,
+                skip=skip_transfer_messages,
+            )
         if self.checkpoint_store is None:
             raise ConfigurationError(
                 "resume() needs a checkpoint store: Runner(agent, checkpoint_store=...)"
@@ -381,9 +468,63 @@ class Runner:
     def _reject_session_options(user_id: object, session_id: object, state_delta: object) -> None:
         if user_id is not None or session_id is not None or state_delta is not None:
             raise ConfigurationError(
-                "user_id, session_id and state_delta need a session "
-                "service, which this version does not include yet"
+                "user_id, session_id and state_delta need a session service: "
+                "Runner(agent, session_service=InMemorySessionService())"
             )
+
+    async def aclose(self) -> None:
+        """Close the plugins (their optional ``close``); the services stay the caller's."""
+        await self._plugins.aclose()
+
+    def _invocation(self, ctx: RunContext) -> InvocationContext:
+        """Put the plugins and services on ``ctx`` (Eino mode: no session)."""
+        context = InvocationContext(self.app_name, None, None, uuid.uuid4().hex)
+        ctx.options.invocation = Invocation(
+            context, self._plugins, self.artifact_service, self.memory_service
+        )
+        return context
+
+    async def _with_plugins(
+        self, ctx: RunContext, root_input: AgentInput, checkpoint_id: str | None
+    ) -> AsyncIterator[AgentEvent]:
+        """An Eino-mode run with plugins: ``on_user_message``, ``before_run``, then the run
+        with ``on_event`` on each event, and ``after_run`` however it ends."""
+        plugins = self._plugins
+        context = self._invocation(ctx)
+        root_step = (RunStep(self._root.name),)
+        try:
+            try:
+                if plugins.has("on_user_message"):
+                    messages = root_input.messages
+                    for i, message in enumerate(messages):
+                        if message.role == "user":
+                            replaced = await plugins.on_user_message(context, message)
+                            if replaced is not None:
+                                messages[i] = replaced
+                early = await plugins.before_run(context) if plugins.has("before_run") else None
+            except PluginError as exc:
+                yield AgentEvent(self._root.name, root_step, error=exc)
+                return
+            if early is not None:
+                events: AsyncIterator[AgentEvent] = _one(
+                    AgentEvent(self._root.name, root_step, AgentOutput(early))
+                )
+            else:
+                events = self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
+            async with closing(events) as stream:
+                async for ev in stream:
+                    if plugins.has("on_event"):
+                        try:
+                            ev = await plugins.on_event(context, ev)
+                        except PluginError as exc:
+                            ev = AgentEvent(ev.agent_name, ev.run_path, error=exc)
+                    yield ev
+        finally:
+            if plugins.has("after_run"):
+                try:
+                    await asyncio.wait_for(asyncio.shield(plugins.after_run(context)), 5.0)
+                except Exception as exc:
+                    logger.warning("after_run failed: %s", exc)
 
     # -- internals -------------------------------------------------------------------------
     async def _resume(
@@ -424,6 +565,8 @@ class Runner:
                 options=RunOptions(skip, self.max_transfers),
                 resume_state=ResumeState.of(interrupted, targets),
             )
+            if self._plugins or self.artifact_service or self.memory_service:
+                self._invocation(ctx)
             gen = self._root.resume(ctx, cp.resume_info(interrupted))
         except BaseException:
             # Nothing ran: the checkpoint stays, unclaimed, for a resume that can use it.
@@ -535,3 +678,23 @@ class Runner:
 
 
 _STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
+
+
+async def _one(event: AgentEvent) -> AsyncIterator[AgentEvent]:
+    yield event
+
+
+def _has_agent_named(root: Agent, name: str) -> bool:
+    """True when an agent of the tree (wrappers and workflows included) is named ``name``."""
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    while stack:
+        agent = stack.pop()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        if getattr(agent, "name", None) == name:
+            return True
+        for layer in unwrap_layers(agent):
+            stack.extend(getattr(layer, "sub_agents", None) or ())
+    return False

@@ -110,10 +110,13 @@ REVEALED = [
     # The Runner's constructor, as a user's editor shows it.
     "def (agent: relaykit.agent.Agent, *, app_name: str =, streaming: bool =, "
     "checkpoint_store: relaykit.checkpoints.base.CheckpointStore | None =, "
-    "session_service: None =, plugins: typing.Sequence[object] =, artifact_service: None =, "
-    "memory_service: None =, compaction: None =, auto_create_session: bool =, "
+    "session_service: relaykit.sessions.base.SessionService | None =, "
+    "plugins: typing.Sequence[relaykit.plugins.Plugin] =, "
+    "artifact_service: relaykit.artifacts.base.ArtifactService | None =, "
+    "memory_service: relaykit.memory.MemoryService | None =, "
+    "compaction: relaykit.compaction.CompactionConfig | None =, auto_create_session: bool =, "
     "save_input_blobs_as_artifacts: bool =, checkpoint_signing_key: bytes | None =, "
-    "max_transfers: int =) -> relaykit.runner.Runner",
+    "max_transfers: int =, session_lock_timeout: float =) -> relaykit.runner.Runner",
     "relaykit.tools.function.FunctionTool[[city: str], str]",
     "relaykit.results.RunResult",
     "relaykit.messages.Message | None",
@@ -140,7 +143,7 @@ MISUSE = textwrap.dedent("""
         await model.generate([rk.Message.user("hi")])  # WRONG: a ModelRequest, not a list
 
 
-    rk.Runner(agent, session_service=object())  # WRONG: not in this version
+    rk.Runner(agent, session_service=object())  # WRONG: not a SessionService
     rk.ModelRequest([rk.Message.user("hi")], tools=["get_weather"])  # WRONG: ToolSpecs
     ctx.derive(flow="root")  # WRONG: a TransferScope
 """)

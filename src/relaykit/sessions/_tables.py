@@ -73,9 +73,9 @@ def _param(name: str) -> sa.BindParameter[Any]:
 # (SQLAlchemy's compiled cache then serves the SQL), which matters on the append path.
 _FIND_SESSION = sa.select(_s.pk).where(_s.session_key == _param("key"))
 _FIND_SESSION_KEY_SHARE = _FIND_SESSION.with_for_update(key_share=True)
-_READ_SESSION = sa.select(_s.pk, _s.last_update_time, _s.summary_seq, _s.history_from_seq).where(
-    _s.session_key == _param("key")
-)
+_READ_SESSION = sa.select(
+    _s.pk, _s.last_update_time, _s.summary_seq, _s.history_from_seq, _s.last_seq
+).where(_s.session_key == _param("key"))
 _BUMP_SESSION = (
     sa.update(_sessions)
     .where(_s.session_key == _param("key"))

@@ -30,10 +30,12 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "TEMP_PREFIX",
     "USER_PREFIX",
+    "HistoryMark",
     "Scope",
     "Session",
     "SessionEvent",
     "SessionService",
+    "TurnView",
     "compaction_range",
     "state_scope",
     "validate_lock_timeout",
@@ -114,6 +116,44 @@ class Session:
     events: list[SessionEvent] = field(default_factory=list)
     #: Seconds since the epoch of the last change (creation or the last appended event).
     last_update_time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMark:
+    """How far a reader has read a session's history (``TurnView.mark``): what the next
+    ``read_turn`` needs to return only the events stored since.
+
+    >>> HistoryMark(1, 7, None).last_seq
+    7
+    """
+
+    #: Which incarnation of the session (a session deleted and created again is another one).
+    incarnation: int
+    #: The number of events appended to the session so far.
+    last_seq: int
+    #: The position of the latest compaction summary, or None.
+    summary_seq: int | None
+
+
+@dataclass(slots=True)
+class TurnView:
+    """What a Runner reads at the start of a turn, in one read: the session (state, no
+    events), its pause, and its history — whole, or only what was stored since ``after``.
+
+    >>> TurnView(Session("shop", "u1", "s1"), HistoryMark(1, 0, None), [], False, None).delta
+    False
+    """
+
+    #: The session, with its merged state and without events.
+    session: Session
+    #: Where the history read ends (give it back as ``after`` next time).
+    mark: HistoryMark
+    #: The history events: from the latest summary on, or (``delta``) those after ``after``.
+    events: list[SessionEvent]
+    #: True when ``events`` only holds the events stored after the given mark.
+    delta: bool
+    #: The session's pause, or None.
+    checkpoint: bytes | None
 
 
 @runtime_checkable

@@ -43,8 +43,10 @@ from relaykit.sessions._records import (
     prepare_state,
 )
 from relaykit.sessions.base import (
+    HistoryMark,
     Session,
     SessionEvent,
+    TurnView,
     validate_lock_timeout,
     validate_session_name,
 )
@@ -373,6 +375,61 @@ class DatabaseSessionService:
                     ).all()
                     rows = sorted(after, key=lambda row: row.seq != found.summary_seq)
         return [decode_event(data, event_id, ref) for _, event_id, data in rows]
+
+    async def read_turn(
+        self, app_name: str, user_id: str, session_id: str, *, after: HistoryMark | None = None
+    ) -> TurnView | None:
+        """The session without events, its pause and its history (only the events stored
+        since ``after`` when that mark is still valid), in one read transaction; None when the
+        session does not exist.
+
+        Args:
+            app_name: the app.
+            user_id: the user.
+            session_id: the session.
+            after: the mark of an earlier read of this session (``TurnView.mark``).
+        """
+        ref = SessionRef.of(app_name, user_id, session_id)
+        with _StorageFailures("read", ref, self._engine):
+            async with self._reading() as conn:
+                found = (await conn.execute(_READ_SESSION, {"key": ref.owner("session")})).first()
+                if found is None:
+                    return None
+                mark = HistoryMark(found.pk, found.last_seq, found.summary_seq)
+                delta = (
+                    after is not None
+                    and after.incarnation == mark.incarnation
+                    and after.summary_seq == mark.summary_seq
+                    and after.last_seq <= mark.last_seq
+                )
+                if delta:
+                    assert after is not None
+                    rows = (
+                        await conn.execute(_EVENTS_AFTER, {"pk": found.pk, "after": after.last_seq})
+                    ).all()
+                elif found.summary_seq is None:
+                    rows = (await conn.execute(_ALL_EVENTS, {"pk": found.pk})).all()
+                else:
+                    after_rows = (
+                        await conn.execute(
+                            _EVENTS_AFTER, {"pk": found.pk, "after": found.history_from_seq}
+                        )
+                    ).all()
+                    rows = sorted(after_rows, key=lambda row: row.seq != found.summary_seq)
+                state = (await conn.execute(_READ_STATE, self._owners(ref))).all()
+                pause = (
+                    await conn.execute(_GET_CHECKPOINT, {"key": ref.owner("session")})
+                ).scalar()
+        session = Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            merged_state(((key, value) for key, value in state), ref),
+            [],
+            found.last_update_time,
+        )
+        events = [decode_event(data, event_id, ref) for _, event_id, data in rows]
+        return TurnView(session, mark, events, delta, bytes(pause) if pause is not None else None)
 
     # -- pauses -------------------------------------------------------------------------------
     async def set_checkpoint(

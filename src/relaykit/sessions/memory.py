@@ -7,6 +7,7 @@ caller changing an object after appending it never changes what is stored.
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -32,8 +33,10 @@ from relaykit.sessions._records import (
     unknown_summary_end,
 )
 from relaykit.sessions.base import (
+    HistoryMark,
     Session,
     SessionEvent,
+    TurnView,
     validate_lock_timeout,
     validate_session_name,
 )
@@ -50,6 +53,7 @@ class _StoredSession:
     summary: tuple[int, int] | None = None
     checkpoint: bytes | None = None
     last_update_time: float = 0.0
+    incarnation: int = 0
 
 
 class InMemorySessionService:
@@ -70,6 +74,7 @@ class InMemorySessionService:
         # user's by (app, user), the session's own by (app, user, session).
         self._state: dict[tuple[StoredScope, tuple[str, ...]], dict[str, bytes]] = {}
         self._locks = KeyedLocks()
+        self._incarnations = itertools.count(1)
 
     @staticmethod
     def _owner(ref: SessionRef, scope: StoredScope) -> tuple[StoredScope, tuple[str, ...]]:
@@ -109,7 +114,9 @@ class InMemorySessionService:
         if ref in self._sessions:
             raise SessionExistsError(f"cannot create {ref}: the id is taken")
         now = time.time()
-        self._sessions[ref] = _StoredSession(last_update_time=now)
+        self._sessions[ref] = _StoredSession(
+            last_update_time=now, incarnation=next(self._incarnations)
+        )
         self._write_state(ref, writes)
         return Session(ref.app_name, ref.user_id, ref.session_id, self._read_state(ref), [], now)
 
@@ -194,6 +201,46 @@ class InMemorySessionService:
             summary, end = stored.summary
             rows = [rows[summary]] + [row for row in rows[end + 1 :] if row[0] != summary]
         return [decode_event(data, event_id, ref) for _, (event_id, data) in rows]
+
+    async def read_turn(
+        self, app_name: str, user_id: str, session_id: str, *, after: HistoryMark | None = None
+    ) -> TurnView | None:
+        """The session without events, its pause and its history (only the events stored
+        since ``after`` when that mark is still valid), or None when it does not exist.
+
+        Args:
+            app_name: the app.
+            user_id: the user.
+            session_id: the session.
+            after: the mark of an earlier read of this session (``TurnView.mark``).
+        """
+        ref = SessionRef.of(app_name, user_id, session_id)
+        stored = self._sessions.get(ref)
+        if stored is None:
+            return None
+        summary_seq = stored.summary[0] + 1 if stored.summary is not None else None
+        mark = HistoryMark(stored.incarnation, len(stored.events), summary_seq)
+        delta = (
+            after is not None
+            and after.incarnation == mark.incarnation
+            and after.summary_seq == mark.summary_seq
+            and after.last_seq <= mark.last_seq
+        )
+        if delta:
+            assert after is not None
+            rows = stored.events[after.last_seq :]
+            events = [decode_event(data, event_id, ref) for event_id, data in rows]
+        else:
+            events = await self.load_history(app_name, user_id, session_id)
+        session = Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            self._read_state(ref),
+            [],
+            stored.last_update_time,
+        )
+        return TurnView(session, mark, events, delta, stored.checkpoint)
 
     async def set_checkpoint(
         self, app_name: str, user_id: str, session_id: str, data: bytes | None

@@ -1,0 +1,195 @@
+"""Session mode: stored events as history records, who spoke last, and where a turn starts.
+
+Pure functions over a session's stored events and the agent tree (no storage): the Runner's
+session mode (``relaykit._session_run``) reads the session, then asks these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from relaykit._tree import unwrap_layers
+from relaykit.context import RecordedEvent
+from relaykit.events import AgentAction, AgentEvent, AgentOutput, RunStep
+from relaykit.flow import USER_AUTHOR, FlowAgent
+from relaykit.messages import Message
+from relaykit.resume import InterruptContext, InterruptInfo
+from relaykit.sessions.base import SessionEvent, compaction_range
+
+__all__ = [
+    "ABANDONED_TEXT",
+    "Route",
+    "abandoned_marker",
+    "is_abandon",
+    "last_speaker",
+    "pending_tool_calls",
+    "records_of",
+    "routes_of",
+    "stored_action",
+]
+
+#: The tool result that answers a call left pending by an abandoned pause (D12).
+ABANDONED_TEXT = "error: abandoned — the user sent a new message"
+
+
+def abandoned_marker() -> AgentAction:
+    """The action marking a stored answer to an abandoned call (ignored by routing)."""
+    return AgentAction(custom={"abandoned": True})
+
+
+def is_abandon(event: SessionEvent) -> bool:
+    """True for the stored answer to a call an abandoned pause left pending."""
+    action = event.action
+    return action is not None and action.custom == {"abandoned": True}
+
+
+def record_of(event: SessionEvent) -> RecordedEvent | None:
+    """The history record of a stored event, or None when it is not part of any history
+    (no message, an interrupt, the user's copy of a tool response)."""
+    message = event.message
+    if message is None:
+        return None
+    action = event.action
+    if action is not None and action.interrupted is not None:
+        return None
+    author = event.author
+    if compaction_range(event) is not None:
+        author = USER_AUTHOR  # a summary reads as one user message (D25)
+    elif author == USER_AUTHOR and message.role == "tool":
+        return None  # the resumed agent's own tool event carries the result (D12)
+    path = tuple(RunStep(name) for name in event.run_path)
+    output = AgentOutput(message, None, message.role, message.tool_name)
+    rec = RecordedEvent(AgentEvent(author, path, output, action))
+    if author == USER_AUTHOR:
+        rec.rewritten = message  # every agent reads the user's messages as they are
+    return rec
+
+
+def records_of(events: Iterable[SessionEvent]) -> list[RecordedEvent]:
+    """The history records of ``events``, in order (see ``record_of``)."""
+    records = []
+    for event in events:
+        rec = record_of(event)
+        if rec is not None:
+            records.append(rec)
+    return records
+
+
+def user_record(message: Message) -> RecordedEvent:
+    """A record of the user's ``message`` for this turn's run history (read as is)."""
+    output = AgentOutput(message, None, message.role, message.tool_name)
+    rec = RecordedEvent(AgentEvent(USER_AUTHOR, (), output))
+    rec.rewritten = message
+    return rec
+
+
+def stored_action(action: AgentAction | None) -> AgentAction | None:
+    """``action`` as a session stores it: an interrupt keeps, per waiting point, its id,
+    address, info and root-cause flag (D12) — not the agents' saved state, which lives in
+    the pause."""
+    if action is None or action.interrupted is None:
+        return action
+    info = action.interrupted
+    points = [InterruptContext(p.id, p.address, p.info, p.is_root_cause) for p in info.contexts]
+    return AgentAction(
+        action.exit,
+        InterruptInfo(info.data, points, None),
+        action.transfer_to_agent,
+        action.break_loop,
+        action.custom,
+    )
+
+
+def pending_tool_calls(events: Sequence[SessionEvent], invocation_id: str) -> list[SessionEvent]:
+    """The calls the invocation's stored events made and no stored event answered, each as a
+    stored tool message answering it (authored by the calling agent, marked abandoned)."""
+    answered: set[str] = set()
+    calls: list[tuple[SessionEvent, str, str]] = []
+    for event in events:
+        message = event.message
+        if message is None:
+            continue
+        if message.role == "tool" and message.tool_call_id:
+            answered.add(message.tool_call_id)
+        if event.invocation_id == invocation_id and event.author != USER_AUTHOR:
+            calls.extend((event, call.id, call.name) for call in message.tool_calls)
+    return [
+        SessionEvent(
+            invocation_id=invocation_id,
+            author=event.author,
+            message=Message.tool(ABANDONED_TEXT, tool_call_id=call_id, tool_name=name),
+            run_path=event.run_path,
+            action=abandoned_marker(),
+        )
+        for event, call_id, name in calls
+        if call_id not in answered
+    ]
+
+
+def last_speaker(events: Sequence[SessionEvent], agents: Iterable[str]) -> str | None:
+    """Who the next turn starts at (D25): the author of the last stored event with a message
+    whose author is an agent of the tree (errors, state-only events, interrupts, abandon
+    answers and summaries ignored); if that event is a transfer, its target."""
+    names = set(agents)
+    for event in reversed(events):
+        if event.message is None or event.author not in names:
+            continue
+        if is_abandon(event) or compaction_range(event) is not None:
+            continue
+        action = event.action
+        if action is not None and action.interrupted is not None:
+            continue
+        if action is not None and action.transfer_to_agent is not None:
+            dest = action.transfer_to_agent.dest_agent_name
+            return dest if dest in names else event.author
+        return event.author
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a turn that starts at an agent runs: the flow agents from the root to it."""
+
+    #: The flow agents from the root to the start agent (both included).
+    chain: tuple[FlowAgent, ...]
+
+    @property
+    def start(self) -> FlowAgent:
+        """The flow agent the turn starts at."""
+        return self.chain[-1]
+
+
+def _is_isolating(layer: Any) -> bool:
+    """True for a deterministic-transfer wrapper around a flow agent (an isolated history)."""
+    return hasattr(layer, "to_agent_names") and isinstance(getattr(layer, "agent", None), FlowAgent)
+
+
+def routes_of(root: FlowAgent) -> dict[str, Route | None]:
+    """For each agent of the tree, where a turn it should start at runs (D18): its chain of
+    flow agents when it and every agent above it (but the root) may transfer to its parent;
+    an agent inside an isolated deterministic wrapper starts at the wrapper's flow agent; None
+    when the turn must start at the root."""
+    routes: dict[str, Route | None] = {}
+    # (agent, the chain of outer flow agents above it, the isolating ancestor's chain or None)
+    stack: list[tuple[Any, tuple[FlowAgent, ...], tuple[FlowAgent, ...] | None]] = [
+        (root, (), None)
+    ]
+    while stack:
+        agent, above, isolated = stack.pop()
+        layers = unwrap_layers(agent)
+        outer = layers[0] if isinstance(layers[0], FlowAgent) else None
+        chain = (*above, outer) if outer is not None else above
+        target = isolated if isolated is not None else chain
+        ok = bool(target) and all(not fa.disallow_transfer_to_parent for fa in target[1:])
+        routes[agent.name] = Route(target) if ok and target and target[-1] is not root else None
+        inner_isolated = isolated
+        if inner_isolated is None and any(_is_isolating(layer) for layer in layers):
+            inner_isolated = chain
+        children: dict[int, Any] = {}
+        for layer in layers:
+            for sub in getattr(layer, "sub_agents", None) or ():
+                children.setdefault(id(sub), sub)
+        stack.extend((sub, chain, inner_isolated) for sub in children.values())
+    return routes

@@ -1,0 +1,858 @@
+"""The Runner's session mode: one turn (invocation) of a durable session, stored as it runs.
+
+What a turn does, in order (docs/sessions.md has the rules for users):
+
+1. takes the session's turn lock (``SessionBusyError`` after ``session_lock_timeout``);
+2. reads the session in one read (created when missing and ``auto_create_session``), with its
+   pause and its history since this Runner's last read of it;
+3. decides what the turn is: a new invocation, the continuation of the paused one (a
+   ``resume`` call, or user tool responses answering pending calls), or a new text turn that
+   abandons the pause (its pending calls answered with an error, stored, not delivered);
+4. stores the user's message(s) first, then runs the agents, storing every complete event
+   before the caller receives it, with the session values each agent wrote as its
+   ``state_delta``; saves a pause with the session when the invocation is interrupted;
+5. consumes the pause a resumed invocation continued when it ends; compacts the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from relaykit._aio import closing
+from relaykit._invocation import Invocation
+from relaykit._session_history import (
+    Route,
+    last_speaker,
+    pending_tool_calls,
+    record_of,
+    routes_of,
+    stored_action,
+    user_record,
+)
+from relaykit.agent import AgentInput
+from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
+from relaykit.codec import dumps, loads, register_type
+from relaykit.compaction import (
+    CompactionConfig,
+    Summarizer,
+    sliding_window_range,
+    summarize,
+    summary_event,
+    token_retention_range,
+)
+from relaykit.context import RecordedEvent, RunContext, RunHistory, RunOptions
+from relaykit.errors import (
+    CheckpointNotFoundError,
+    ConfigurationError,
+    PluginError,
+    ResumeTargetError,
+    RunnerError,
+    SerializationError,
+    SessionExistsError,
+    WillRetryError,
+)
+from relaykit.events import AgentEvent, AgentOutput, RunStep
+from relaykit.flow import FlowAgent
+from relaykit.interrupts import ResumeState, interrupt_of
+from relaykit.messages import Message
+from relaykit.plugins import InvocationContext, PluginManager
+from relaykit.resume import AddressSegment, InterruptInfo
+from relaykit.sessions._records import SessionRef
+from relaykit.sessions.base import (
+    TEMP_PREFIX,
+    HistoryMark,
+    Session,
+    SessionEvent,
+    SessionService,
+    TurnView,
+    compaction_range,
+)
+
+__all__ = ["DEFAULT_SESSION_LOCK_TIMEOUT", "SessionPause", "SessionRunner"]
+
+logger = logging.getLogger("relaykit")
+
+#: The default of ``Runner(session_lock_timeout=...)``: seconds a turn waits for the session.
+DEFAULT_SESSION_LOCK_TIMEOUT = 10.0
+#: How long ``after_run`` may take once the caller cancelled the run (D25).
+AFTER_RUN_GRACE = 5.0
+#: How many sessions' histories a Runner keeps decoded between turns.
+CACHED_SESSIONS = 128
+PAUSE_FORMAT = "relaykit/session-pause"
+_PLACEHOLDER = "Uploaded file: {}"
+
+
+@register_type("relaykit.SessionPause")
+@dataclass(slots=True)
+class SessionPause:
+    """A session's paused invocation, as ``SessionService.set_checkpoint`` stores it.
+
+    >>> SessionPause("inv-1", b"...").invocation_id
+    'inv-1'
+    """
+
+    #: The paused invocation's id (the continuation runs under it).
+    invocation_id: str
+    #: The checkpoint document of the interrupted run (``encode_checkpoint``).
+    checkpoint: bytes
+
+
+@dataclass(slots=True)
+class _Cached:
+    """A session's history as this Runner last read it: the stored events, and their
+    records (built once, rewritten messages cached on them)."""
+
+    mark: HistoryMark
+    events: list[SessionEvent] = field(default_factory=list)
+    records: list[RecordedEvent] = field(default_factory=list)
+    # The invocation id of each record (to leave the paused invocation out on a resume).
+    invocations: list[str] = field(default_factory=list)
+
+    def extend(self, events: Sequence[SessionEvent]) -> None:
+        for event in events:
+            self.events.append(event)
+            rec = record_of(event)
+            if rec is not None:
+                self.records.append(rec)
+                self.invocations.append(event.invocation_id)
+
+
+@dataclass(slots=True)
+class _Turn:
+    """What one call asked for."""
+
+    ref: SessionRef
+    messages: list[Message]
+    resume: bool
+    targets: dict[str, Any]
+    delta: dict[str, Any]
+    skip: bool
+
+
+class _StoreFailed(Exception):
+    """Storing an agent's event failed: the invocation ends (D20)."""
+
+
+class SessionRunner:
+    """The session mode of one ``Runner``: see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        root: FlowAgent,
+        service: SessionService,
+        app_name: str,
+        plugins: PluginManager,
+        artifact_service: Any,
+        memory_service: Any,
+        compaction: CompactionConfig | None,
+        auto_create_session: bool,
+        save_input_blobs_as_artifacts: bool,
+        lock_timeout: float,
+        signing_key: bytes | None,
+        max_transfers: int,
+        streaming: bool,
+    ) -> None:
+        self.root = root
+        self.service = service
+        self.app_name = app_name
+        self.plugins = plugins
+        self.artifact_service = artifact_service
+        self.memory_service = memory_service
+        self.compaction = compaction
+        self.auto_create_session = auto_create_session
+        self.save_blobs = save_input_blobs_as_artifacts
+        self.lock_timeout = lock_timeout
+        self.signing_key = signing_key
+        self.max_transfers = max_transfers
+        self.streaming = streaming
+        self.routes: dict[str, Route | None] = routes_of(root)
+        self.summarizer: Summarizer | None = None
+        if compaction is not None:
+            self.summarizer = compaction.summarizer or _root_model(root)
+        self._cache: OrderedDict[SessionRef, _Cached] = OrderedDict()
+
+    # -- entry points -----------------------------------------------------------------------
+    def turn(
+        self,
+        messages: Sequence[Message],
+        *,
+        user_id: object,
+        session_id: object,
+        resume: bool,
+        targets: Mapping[str, Any] | None,
+        state_delta: Mapping[str, Any] | None,
+        session_values: Mapping[str, Any] | None,
+        skip: bool,
+    ) -> AsyncIterator[AgentEvent]:
+        """Check the call now (``ConfigurationError``), run nothing until iterated."""
+        if user_id is None or session_id is None:
+            raise ConfigurationError(
+                "a Runner with a session service needs user_id and session_id: "
+                "runner.run(messages, user_id='u1', session_id='s1')"
+            )
+        msgs = list(messages)
+        if not resume and not msgs:
+            raise ConfigurationError(
+                "run() needs at least one message; to continue a paused invocation without "
+                "one, call resume(user_id=..., session_id=...)"
+            )
+        for msg in msgs:
+            if not isinstance(msg, Message):
+                raise ConfigurationError(f"run() takes Message objects, not {type(msg).__name__}")
+            if msg.tool_calls:
+                raise ConfigurationError(
+                    "a user message cannot carry tool calls (only tool responses, "
+                    "Message.tool(result, tool_call_id=...), answering a paused call)"
+                )
+            if msg.role == "tool" and not msg.tool_call_id:
+                raise ConfigurationError(
+                    "a tool response needs the id of the call it answers: "
+                    "Message.tool(result, tool_call_id=...)"
+                )
+        delta: dict[str, Any] = {}
+        for what, given in (("state_delta", state_delta), ("session_values", session_values)):
+            if given is None:
+                continue
+            if not isinstance(given, Mapping):
+                raise ConfigurationError(f"{what} must be a mapping, not {type(given).__name__}")
+            delta.update(given)
+        if targets is not None and not isinstance(targets, Mapping):
+            raise ConfigurationError(
+                "resume(targets=...) takes a mapping of interrupt id to resume data, not "
+                f"{type(targets).__name__}"
+            )
+        ref = SessionRef.of(self.app_name, user_id, session_id)
+        turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip)
+        return self._locked(turn)
+
+    # -- the turn ---------------------------------------------------------------------------
+    async def _locked(self, turn: _Turn) -> AsyncIterator[AgentEvent]:
+        ref = turn.ref
+        async with self.service.lock(
+            ref.app_name, ref.user_id, ref.session_id, timeout=self.lock_timeout
+        ):
+            view, cached = await self._read(ref)
+            async with closing(self._invocation(turn, view, cached)) as events:
+                async for ev in events:
+                    yield ev
+
+    async def _read(self, ref: SessionRef) -> tuple[TurnView, _Cached]:
+        """The session (created if allowed) and its history, from this Runner's cache plus
+        what was stored since."""
+        service = self.service
+        cached = self._cache.get(ref)
+        read_turn = getattr(service, "read_turn", None)
+        view: TurnView | None
+        if read_turn is not None:
+            view = await read_turn(
+                ref.app_name,
+                ref.user_id,
+                ref.session_id,
+                after=cached.mark if cached is not None else None,
+            )
+        else:
+            view = await _read_plainly(service, ref)
+        if view is None:
+            if not self.auto_create_session:
+                raise ref.not_found("run a turn of")
+            # Created meanwhile by someone else (outside the turn lock): read it then.
+            with contextlib.suppress(SessionExistsError):
+                await service.create_session(ref.app_name, ref.user_id, ref.session_id)
+            view = (
+                await read_turn(ref.app_name, ref.user_id, ref.session_id)
+                if read_turn is not None
+                else await _read_plainly(service, ref)
+            )
+            if view is None:
+                raise ref.not_found("run a turn of")
+        if view.delta and cached is not None:
+            cached.mark = view.mark
+            cached.extend(view.events)
+        else:
+            cached = _Cached(view.mark)
+            cached.extend(view.events)
+        self._cache[ref] = cached
+        self._cache.move_to_end(ref)
+        while len(self._cache) > CACHED_SESSIONS:
+            self._cache.popitem(last=False)
+        return view, cached
+
+    async def _invocation(
+        self, turn: _Turn, view: TurnView, cached: _Cached
+    ) -> AsyncIterator[AgentEvent]:
+        ref, session = turn.ref, view.session
+        pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
+        responses = [m for m in turn.messages if m.role == "tool"]
+        texts = [m for m in turn.messages if m.role != "tool"]
+        resuming = turn.resume or bool(responses)
+        targets = dict(turn.targets)
+        cp: Checkpoint | None = None
+        interrupted: InterruptInfo | None = None
+        if resuming:
+            if pause is None:
+                if responses:
+                    raise ResumeTargetError(
+                        f"tool response for call {responses[0].tool_call_id!r}: {ref} has no "
+                        "paused invocation waiting for it",
+                        responses[0].tool_call_id,
+                    )
+                raise CheckpointNotFoundError(f"{ref} has no paused invocation to resume")
+            cp, interrupted = decode_checkpoint(
+                pause.checkpoint, key=self.signing_key, what=f"the pause of {ref}"
+            )
+            for response in responses:
+                point = _point_for_call(interrupted, response.tool_call_id or "")
+                if point is None:
+                    raise ResumeTargetError(
+                        f"tool response for call {response.tool_call_id!r} matches no pending "
+                        f"call of the paused invocation of {ref}",
+                        response.tool_call_id,
+                    )
+                targets[point] = response.content
+            _check_targets(interrupted, targets, ref)
+        invocation_id = pause.invocation_id if resuming and pause is not None else uuid.uuid4().hex
+        context = InvocationContext(
+            ref.app_name, ref.user_id, ref.session_id, invocation_id, session
+        )
+        invocation = Invocation(
+            context, self.plugins, self.artifact_service, self.memory_service, session
+        )
+        run = _Run(self, turn, session, invocation)
+        try:
+            if pause is not None and not resuming:
+                await run.abandon(pause, cached)
+            already = _stored_responses(cached.events, invocation_id) if resuming else set()
+            stored_texts: list[Message] = []
+            first = True
+            for message in [*responses, *texts]:
+                if message.role == "tool" and message.tool_call_id in already:
+                    continue  # stored by an earlier attempt to resume (D25)
+                message = await run.user_message(message)
+                await run.store_user(message, turn.delta if first else {})
+                first = False
+                if message.role != "tool":
+                    stored_texts.append(message)
+            if first and turn.delta:
+                await run.store_user(None, turn.delta)
+        except _StoreFailed as failed:
+            yield run.failure_event(failed)
+            await run.after_run()
+            return
+        async with closing(run.drive(cp, interrupted, targets, stored_texts, cached)) as events:
+            async for ev in events:
+                yield ev
+
+
+class _Run:
+    """One invocation's state: the session, the values, the pending writes, the plugins."""
+
+    def __init__(
+        self, owner: SessionRunner, turn: _Turn, session: Session, invocation: Invocation
+    ) -> None:
+        self.owner = owner
+        self.turn = turn
+        self.session = session
+        self.invocation = invocation
+        self.context = invocation.context
+        self.service = owner.service
+        self.plugins = owner.plugins
+        self.writes: dict[str, dict[str, Any]] = {}
+        self.values: dict[str, Any] = dict(session.state)
+        self.values.update(turn.delta)
+        self.after_run_done = False
+
+    # -- storing ----------------------------------------------------------------------------
+    async def append(self, event: SessionEvent) -> SessionEvent:
+        try:
+            return await self.service.append_event(self.session, event)
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+
+    def failure_event(self, failed: _StoreFailed) -> AgentEvent:
+        exc = failed.args[0]
+        root = self.owner.root
+        return AgentEvent(
+            root.name,
+            (RunStep(root.name),),
+            error=RunnerError(
+                f"failed to store an event of {self.turn.ref}; the invocation ended: "
+                f"{type(exc).__name__}: {exc}"
+            ),
+        )
+
+    async def user_message(self, message: Message) -> Message:
+        if self.plugins.has("on_user_message"):
+            replaced = await self.plugins.on_user_message(self.context, message)
+            if replaced is not None:
+                message = replaced
+        if self.owner.save_blobs and message.attachments:
+            message = await self._save_blobs(message)
+        return message
+
+    async def _save_blobs(self, message: Message) -> Message:
+        service = self.owner.artifact_service
+        if service is None:
+            raise ConfigurationError(
+                "save_input_blobs_as_artifacts needs Runner(..., artifact_service=...)"
+            )
+        ref = self.turn.ref
+        texts = [message.content] if message.content else []
+        for index, blob in enumerate(message.attachments):
+            name = f"artifact_{self.context.invocation_id}_{index}"
+            await service.save(ref.app_name, ref.user_id, ref.session_id, name, blob)
+            texts.append(_PLACEHOLDER.format(name))
+        return Message(
+            message.role,
+            "\n".join(texts),
+            [],
+            message.tool_call_id,
+            message.tool_name,
+            message.name,
+            [],
+            dict(message.metadata),
+        )
+
+    async def store_user(self, message: Message | None, delta: dict[str, Any]) -> None:
+        await self.append(
+            SessionEvent(
+                invocation_id=self.context.invocation_id,
+                author="user",
+                timestamp=time.time(),
+                message=message,
+                state_delta=dict(delta),
+            )
+        )
+
+    async def abandon(self, pause: SessionPause, cached: _Cached) -> None:
+        """A new text turn while paused: answer the pending calls, drop the pause (D12)."""
+        ref = self.turn.ref
+        for answer in pending_tool_calls(cached.events, pause.invocation_id):
+            answer.timestamp = time.time()
+            await self.append(answer)
+        try:
+            await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+
+    def session_event(self, ev: AgentEvent, message: Message | None) -> list[SessionEvent]:
+        """``ev`` as stored, preceded by state-only events for other agents' pending writes."""
+        out: list[SessionEvent] = []
+        writes = self.writes
+        delta = dict(ev.state_delta) if ev.state_delta else {}
+        if delta:
+            self.values.update(delta)  # an event's own delta is state the next agents see
+        if writes:
+            mine = writes.pop(ev.agent_name, None)
+            for agent, pending in writes.items():
+                out.append(self._state_only(agent, pending))
+            writes.clear()
+            if mine:
+                delta.update(mine)
+        error = ev.error
+        out.append(
+            SessionEvent(
+                invocation_id=self.context.invocation_id,
+                author=ev.agent_name,
+                timestamp=time.time(),
+                message=message,
+                run_path=tuple(step.agent_name for step in ev.run_path),
+                action=stored_action(ev.action),
+                error=f"{type(error).__name__}: {error}" if error is not None else None,
+                state_delta=delta,
+            )
+        )
+        return out
+
+    def _state_only(self, agent: str, delta: dict[str, Any]) -> SessionEvent:
+        return SessionEvent(
+            invocation_id=self.context.invocation_id,
+            author=agent or self.owner.root.name,
+            timestamp=time.time(),
+            state_delta=dict(delta),
+        )
+
+    async def store(self, ev: AgentEvent, message: Message | None) -> None:
+        for event in self.session_event(ev, message):
+            await self.append(event)
+
+    async def flush_writes(self) -> None:
+        for agent, pending in list(self.writes.items()):
+            await self.append(self._state_only(agent, pending))
+        self.writes.clear()
+
+    # -- running ----------------------------------------------------------------------------
+    def context_for(self, cached: _Cached, paused: str | None) -> RunHistory:
+        if paused is None:
+            prior = list(cached.records)
+        else:
+            prior = [
+                rec
+                for rec, inv in zip(cached.records, cached.invocations, strict=True)
+                if inv != paused
+            ]
+        return RunHistory(self.values, prior=prior)
+
+    async def drive(
+        self,
+        cp: Checkpoint | None,
+        interrupted: InterruptInfo | None,
+        targets: dict[str, Any],
+        stored_texts: list[Message],
+        cached: _Cached,
+    ) -> AsyncIterator[AgentEvent]:
+        owner, root = self.owner, self.owner.root
+        options = RunOptions(self.turn.skip, owner.max_transfers)
+        options.writes = self.writes
+        options.invocation = self.invocation
+        try:
+            early = await self._before_run()
+        except PluginError as exc:
+            err = AgentEvent(root.name, (RunStep(root.name),), error=exc)
+            ok = await self._deliverable(err)
+            if ok is not None:
+                yield ok
+            await self.after_run()
+            return
+        except _StoreFailed as failed:
+            yield self.failure_event(failed)
+            await self.after_run()
+            return
+        if early is not None:
+            ev = AgentEvent(root.name, (RunStep(root.name),), AgentOutput(early))
+            try:
+                delivered = await self._deliverable(ev)
+            except _StoreFailed as failed:
+                yield self.failure_event(failed)
+            else:
+                if delivered is not None:
+                    yield delivered
+            await self.after_run()
+            return
+        if cp is not None and interrupted is not None:
+            paused = self.context.invocation_id
+            history = self.context_for(cached, paused)
+            for key, value in cp.values.items():
+                if key.startswith(TEMP_PREFIX) and key not in self.values:
+                    self.values[key] = value  # temp: values survive the pause (D12)
+            history.events = [RecordedEvent(e) for e in cp.events]
+            history.events.extend(user_record(m) for m in stored_texts)
+            ctx = RunContext(
+                root_input=cp.root_input,
+                history=history,
+                options=options,
+                resume_state=ResumeState.of(interrupted, targets),
+            )
+            gen = root.resume(ctx, cp.resume_info(interrupted))
+        else:
+            history = self.context_for(cached, None)
+            root_input = AgentInput(list(stored_texts), owner.streaming)
+            route = self._route(cached)
+            if route is None:
+                ctx = RunContext(root_input=root_input, history=history, options=options)
+                gen = root.run(ctx, root_input)
+            else:
+                above = route.chain[:-1]
+                ctx = RunContext(
+                    run_path=tuple(RunStep(fa.name) for fa in above),
+                    address=tuple(AddressSegment("agent", fa.name) for fa in above),
+                    root_input=root_input,
+                    history=history,
+                    options=options,
+                )
+                gen = route.start.run(ctx, None)
+        resumed = cp is not None
+        async with closing(self._events(ctx, gen, resumed)) as events:
+            async for ev in events:
+                yield ev
+
+    def _route(self, cached: _Cached) -> Route | None:
+        name = last_speaker(cached.events, self.owner.routes)
+        return self.owner.routes.get(name) if name is not None else None
+
+    async def _before_run(self) -> Message | None:
+        if not self.plugins.has("before_run"):
+            return None
+        return await self.plugins.before_run(self.context)
+
+    async def _deliverable(self, ev: AgentEvent) -> AgentEvent | None:
+        """``ev`` after ``on_event``, stored; None when a plugin rejected it (then its error
+        event is stored and returned instead)."""
+        if self.plugins.has("on_event"):
+            try:
+                ev = await self.plugins.on_event(self.context, ev)
+            except PluginError as exc:
+                err = AgentEvent(ev.agent_name, ev.run_path, error=exc)
+                await self.store(err, None)
+                return err
+        await self.store(ev, ev.output.message if ev.output is not None else None)
+        return ev
+
+    async def _events(
+        self, ctx: RunContext, gen: AsyncIterator[AgentEvent], resumed: bool
+    ) -> AsyncIterator[AgentEvent]:
+        """Store and deliver the agents' events; save the pause; consume the resumed one."""
+        root = self.owner.root
+        ref = self.turn.ref
+        interrupted = False
+        errored = False
+        finished = False
+        try:
+            try:
+                async with closing(gen):
+                    async for ev in gen:
+                        if self.plugins.has("on_event"):
+                            try:
+                                ev = await self.plugins.on_event(self.context, ev)
+                            except PluginError as exc:
+                                err = AgentEvent(ev.agent_name, ev.run_path, error=exc)
+                                await self.store(err, None)
+                                errored = True
+                                yield err
+                                continue
+                        info = interrupt_of(ev)
+                        if info is not None and info.contexts:
+                            if interrupted:
+                                err = AgentEvent(
+                                    ev.agent_name,
+                                    ev.run_path,
+                                    error=RunnerError(
+                                        "multiple interrupt actions reached the Runner in one "
+                                        "run; only the first was saved"
+                                    ),
+                                )
+                                await self.store(err, None)
+                                yield err
+                                continue
+                            saved = await self._save_pause(ctx, ev, info)
+                            if saved is not None:  # the pause could not be saved
+                                await self.store(saved, None)
+                                errored = True
+                                yield saved
+                                if isinstance(saved.error, SerializationError):
+                                    continue  # the interrupt itself is replaced by the error
+                            interrupted = True
+                        out = ev.output
+                        if out is not None and out.stream is not None:
+                            yield ev  # delivered while it streams, stored once complete
+                            try:
+                                message: Message | None = await out.stream.collect()
+                            except WillRetryError:
+                                continue  # never stored: the retried message is (D28)
+                            except Exception as exc:
+                                message = None
+                                ev = AgentEvent(ev.agent_name, ev.run_path, None, ev.action, exc)
+                            await self.store(ev, message)
+                            if ev.error is not None:
+                                errored = True
+                            continue
+                        await self.store(ev, out.message if out is not None else None)
+                        if ev.error is not None:
+                            errored = True
+                        yield ev
+                await self.flush_writes()  # writes after the last event, or after an interrupt
+            except _StoreFailed as failed:
+                yield self.failure_event(failed)
+                finished = True
+                return
+            except Exception as exc:  # D9: nothing crashes the caller
+                err = AgentEvent(root.name, ctx.run_path or (RunStep(root.name),), error=exc)
+                with contextlib.suppress(_StoreFailed):
+                    await self.store(err, None)
+                errored = True
+                yield err
+            if resumed and not interrupted:
+                try:  # the resumed invocation ended: its pause is consumed (D12)
+                    await self.service.set_checkpoint(
+                        ref.app_name, ref.user_id, ref.session_id, None
+                    )
+                except Exception as exc:
+                    err = AgentEvent(
+                        root.name,
+                        (RunStep(root.name),),
+                        error=RunnerError(f"failed to consume the pause of {ref}: {exc}"),
+                    )
+                    yield err
+            if not interrupted and not errored and self.owner.compaction is not None:
+                failure = await self._compact()
+                if failure is not None:
+                    with contextlib.suppress(_StoreFailed):
+                        await self.store(failure, None)
+                    yield failure
+            finished = True
+        finally:
+            if not finished:
+                logger.debug("invocation %s of %s stopped early", self.context.invocation_id, ref)
+            await self.after_run()
+
+    async def _save_pause(
+        self, ctx: RunContext, ev: AgentEvent, info: InterruptInfo
+    ) -> AgentEvent | None:
+        ref = self.turn.ref
+        try:
+            data = await encode_checkpoint(Checkpoint.of(ctx, info), self.owner.signing_key)
+            pause = dumps(
+                SessionPause(self.context.invocation_id, data),
+                kind=PAUSE_FORMAT,
+                key=self.owner.signing_key,
+            )
+        except SerializationError as exc:
+            return AgentEvent(ev.agent_name, ev.run_path, error=exc)
+        try:
+            await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, pause)
+        except Exception as exc:
+            return AgentEvent(
+                ev.agent_name,
+                ev.run_path,
+                error=RunnerError(f"failed to save the pause of {ref}: {exc}"),
+            )
+        return None
+
+    async def after_run(self) -> None:
+        """Run the ``after_run`` hooks once; shielded from a cancellation (at most
+        ``AFTER_RUN_GRACE`` seconds), a failure logged."""
+        if self.after_run_done or not self.plugins.has("after_run"):
+            return
+        self.after_run_done = True
+        task = asyncio.ensure_future(self.plugins.after_run(self.context))
+        try:
+            await asyncio.wait_for(asyncio.shield(task), AFTER_RUN_GRACE)
+        except asyncio.CancelledError:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, AFTER_RUN_GRACE)
+            raise
+        except Exception as exc:
+            logger.warning("after_run failed for %s: %s", self.turn.ref, exc)
+
+    # -- compaction -------------------------------------------------------------------------
+    async def _compact(self) -> AgentEvent | None:
+        """Summarise the history when a rule says so; an error event when it failed."""
+        config, summarizer = self.owner.compaction, self.owner.summarizer
+        assert config is not None
+        if summarizer is None:
+            return None
+        ref = self.turn.ref
+        try:
+            stored = await self.service.get_session(ref.app_name, ref.user_id, ref.session_id)
+            if stored is None:
+                return None
+            events = stored.events
+            span = sliding_window_range(events, config)
+            if span is None:
+                span = token_retention_range(events, config, _prompt_tokens(events))
+            if span is None:
+                return None
+            start, stop = span
+            text = await summarize(events[start:stop], summarizer)
+            summary = summary_event(
+                events[start:stop],
+                text,
+                invocation_id=self.context.invocation_id,
+                author=self.owner.root.name,
+            )
+            summary.timestamp = time.time()
+            await self.service.append_event(self.session, summary)
+        except Exception as exc:
+            root = self.owner.root
+            return AgentEvent(
+                root.name,
+                (RunStep(root.name),),
+                error=RunnerError(f"compaction of {ref} failed: {exc}"),
+            )
+        return None
+
+
+# -- helpers ------------------------------------------------------------------------------
+async def _read_plainly(service: SessionService, ref: SessionRef) -> TurnView | None:
+    """``read_turn`` for a service without it: the whole session, every turn."""
+    session = await service.get_session(ref.app_name, ref.user_id, ref.session_id)
+    if session is None:
+        return None
+    history = await service.load_history(ref.app_name, ref.user_id, ref.session_id)
+    pause = await service.get_checkpoint(ref.app_name, ref.user_id, ref.session_id)
+    count = len(session.events)
+    plain = Session(session.app_name, session.user_id, session.id, session.state, [], 0.0)
+    plain.last_update_time = session.last_update_time
+    return TurnView(plain, HistoryMark(0, count, None), history, False, pause)
+
+
+def _decode_pause(data: bytes, ref: SessionRef) -> SessionPause:
+    pause = loads(data, kind=PAUSE_FORMAT, what=f"the pause of {ref}")
+    if not isinstance(pause, SessionPause):
+        raise SerializationError(f"the pause of {ref} does not hold a paused invocation")
+    return pause
+
+
+def _point_for_call(info: InterruptInfo, call_id: str) -> str | None:
+    """The id of the waiting point whose address ends with the tool call ``call_id``."""
+    for point in info.contexts:
+        for segment in reversed(point.address):
+            if segment.kind == "tool":
+                if segment.sub_id == call_id:
+                    return point.id
+                break
+    return None
+
+
+def _check_targets(info: InterruptInfo, targets: Mapping[str, Any], ref: SessionRef) -> None:
+    causes = {c.id for c in info.contexts}
+    for target in targets:
+        if target not in causes:
+            raise ResumeTargetError(
+                f"resume target {target!r} is not a waiting point of the paused invocation of "
+                f"{ref}; answer one of: {sorted(causes)}",
+                target,
+            )
+
+
+def _stored_responses(events: Sequence[SessionEvent], invocation_id: str) -> set[str]:
+    """The tool-call ids the user's stored tool responses of the invocation answer."""
+    return {
+        event.message.tool_call_id
+        for event in events
+        if event.invocation_id == invocation_id
+        and event.author == "user"
+        and event.message is not None
+        and event.message.role == "tool"
+        and event.message.tool_call_id
+    }
+
+
+def _prompt_tokens(events: Sequence[SessionEvent]) -> int:
+    """The input tokens of the latest model reply stored after the latest summary."""
+    for event in reversed(events):
+        if compaction_range(event) is not None:
+            return 0
+        message = event.message
+        if message is None:
+            continue
+        usage = message.metadata.get("usage") if message.metadata else None
+        if isinstance(usage, dict):
+            tokens = usage.get("input_tokens")
+            if isinstance(tokens, int) and not isinstance(tokens, bool):
+                return tokens
+    return 0
+
+
+def _root_model(root: FlowAgent) -> Summarizer:
+    """The default summarizer: the root LLM agent's model (D28)."""
+    from relaykit.agents.chat import ChatModelAgent
+
+    agent: Any = root.agent
+    while not isinstance(agent, ChatModelAgent) and getattr(agent, "agent", None) is not None:
+        agent = agent.agent
+    if not isinstance(agent, ChatModelAgent):
+        raise ConfigurationError(
+            "compaction without a summarizer uses the root LLM agent's model, but the root "
+            f"agent {root.name!r} is not a ChatModelAgent: set CompactionConfig(summarizer=...)"
+        )
+    model: Summarizer = agent.model
+    return model
