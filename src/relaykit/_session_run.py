@@ -369,6 +369,8 @@ class _Run:
         self.values: dict[str, Any] = dict(session.state)
         self.values.update(turn.delta)
         self.after_run_done = False
+        # The answers to an abandoned pause's calls, stored by this turn.
+        self.answered: list[RecordedEvent] = []
 
     # -- storing ----------------------------------------------------------------------------
     async def append(self, event: SessionEvent) -> SessionEvent:
@@ -437,7 +439,10 @@ class _Run:
         ref = self.turn.ref
         for answer in pending_tool_calls(cached.events, pause.invocation_id):
             answer.timestamp = time.time()
-            await self.append(answer)
+            stored = await self.append(answer)
+            rec = record_of(stored)
+            if rec is not None:
+                self.answered.append(rec)  # history of this turn (the cache reads them later)
         try:
             await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
         except Exception as exc:
@@ -492,7 +497,7 @@ class _Run:
     # -- running ----------------------------------------------------------------------------
     def context_for(self, cached: _Cached, paused: str | None) -> RunHistory:
         if paused is None:
-            prior = list(cached.records)
+            prior = [*cached.records, *self.answered]
         else:
             prior = [
                 rec
