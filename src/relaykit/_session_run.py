@@ -48,7 +48,7 @@ from relaykit.compaction import (
     summary_event,
     token_retention_range,
 )
-from relaykit.context import RecordedEvent, RunContext, RunHistory, RunOptions
+from relaykit.context import PriorTurns, RecordedEvent, RunContext, RunHistory, RunOptions
 from relaykit.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -112,7 +112,7 @@ class _Cached:
 
     mark: HistoryMark
     events: list[SessionEvent] = field(default_factory=list)
-    records: list[RecordedEvent] = field(default_factory=list)
+    prior: PriorTurns = field(default_factory=PriorTurns)
     # The invocation id of each record (to leave the paused invocation out on a resume).
     invocations: list[str] = field(default_factory=list)
 
@@ -121,7 +121,7 @@ class _Cached:
             self.events.append(event)
             rec = record_of(event)
             if rec is not None:
-                self.records.append(rec)
+                self.prior.records.append(rec)
                 self.invocations.append(event.invocation_id)
 
 
@@ -496,15 +496,16 @@ class _Run:
 
     # -- running ----------------------------------------------------------------------------
     def context_for(self, cached: _Cached, paused: str | None) -> RunHistory:
+        if paused is None and not self.answered:
+            return RunHistory(self.values, prior=cached.prior)  # built messages reused
+        records = cached.prior.records
         if paused is None:
-            prior = [*cached.records, *self.answered]
+            kept = [*records, *self.answered]
         else:
-            prior = [
-                rec
-                for rec, inv in zip(cached.records, cached.invocations, strict=True)
-                if inv != paused
+            kept = [
+                rec for rec, inv in zip(records, cached.invocations, strict=True) if inv != paused
             ]
-        return RunHistory(self.values, prior=prior)
+        return RunHistory(self.values, prior=PriorTurns(kept))
 
     async def drive(
         self,

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_TRANSFERS",
     "UNCHANGED",
+    "PriorTurns",
     "RecordedEvent",
     "RunContext",
     "RunHistory",
@@ -72,6 +73,30 @@ class RecordedEvent:
         return self.message
 
 
+class PriorTurns:
+    """Session mode: the earlier turns' stored events as history records, and the message
+    lists built from them for each agent that read them (so a long session's history is
+    built once and then extended, not rebuilt every turn).
+
+    >>> from relaykit.messages import Message
+    >>> prior = PriorTurns([RecordedEvent(AgentEvent.from_message(Message.assistant("hi")))])
+    >>> len(prior), prior.built
+    (1, {})
+    """
+
+    __slots__ = ("built", "records")
+
+    def __init__(self, records: list[RecordedEvent] | None = None) -> None:
+        #: The records, oldest first; only ever appended to.
+        self.records: list[RecordedEvent] = records if records is not None else []
+        #: Per (reading agent, transfer messages skipped): how many records were read, and
+        #: the messages built from them.
+        self.built: dict[tuple[str, bool], tuple[int, list[Message]]] = {}
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
 @dataclass(slots=True)
 class RunHistory:
     """The run history: the events flow agents recorded, and the values shared with them.
@@ -95,9 +120,9 @@ class RunHistory:
     #: How many events of ``parent`` this lane sees: ``parent.visible()[:base]``.
     base: int = 0
     #: Session mode: the stored events of earlier turns, which every agent of the run reads
-    #: before the root input (docs/sessions.md); empty outside session mode and in the
+    #: before the root input (docs/sessions.md); None outside session mode and in the
     #: separate history of an agent tool.
-    prior: list[RecordedEvent] = field(default_factory=list)
+    prior: PriorTurns | None = None
 
     def record(self, event: AgentEvent) -> None:
         """Append ``event`` (already stamped) to the history."""
