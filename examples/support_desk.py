@@ -1,9 +1,16 @@
-"""A customer-support desk: a triage agent routes to order and refund specialists.
+"""A customer-support desk: triage routes to an orders agent and a refunds agent.
 
-The supervisor pattern: every specialist hands control back to triage when it is done. The
-refund tool needs a human's approval: the run pauses (an interrupt, saved as a checkpoint) and
-a *fresh* Runner — as a new process would — resumes it from the checkpoint with the decision.
-Runs offline on ScriptedModel; pass a provider string (``openai:gpt-4o-mini``) for a real model.
+The tree is ``triage`` with two sub-agents, ``orders`` and ``refunds``; each may hand control
+back to triage (its parent), which routes again. In session mode the next turn starts at the
+agent that spoke last, so a follow-up goes straight to the specialist already on the case.
+
+``request_refund`` is a long-running tool: calling it only *starts* the work (it files a request
+for a manager's approval) and the invocation pauses; the manager's decision comes back later —
+in any process — as the tool's result (``Message.tool(decision, tool_call_id=...)``).
+
+Runs offline on ScriptedModel: the scripts below are what a real LLM would answer, as functions
+of the request (they read the history, so they answer follow-ups from earlier turns). Pass a
+provider string (``openai:gpt-4o-mini``) for a real model.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import relaykit as rk
 from relaykit import Message, ModelRequest, ToolCall
 
 ORDERS = {"1234": {"status": "shipped", "carrier": "DHL", "eta": "Thursday", "total": 59.90}}
+PARCELS = {"1234": {"tracking": "JD0146000031", "last_seen": "the Leipzig hub, this morning"}}
 
 
 @rk.tool
@@ -33,78 +41,122 @@ def lookup_order(order_id: str) -> dict[str, object]:
 
 
 @rk.tool
-def issue_refund(ctx: rk.ToolContext, order_id: str, amount: float) -> str:
-    """Refund an order. A human must approve every refund.
+def track_parcel(order_id: str) -> dict[str, object]:
+    """Track the parcel of a shipped order.
+
+    Args:
+        order_id: the order number, digits only
+    """
+    parcel = PARCELS.get(order_id)
+    if parcel is None:
+        raise rk.ToolError(f"no parcel for order {order_id}")
+    return {"order_id": order_id, **parcel}
+
+
+@rk.tool(long_running=True)
+def request_refund(order_id: str, amount: float, reason: str) -> dict[str, object]:
+    """Ask a manager to approve a refund. Only starts the approval: the manager's decision
+    comes back later as this call's result.
 
     Args:
         order_id: the order number
         amount: the amount to refund, in euros
+        reason: why the customer wants a refund
     """
-    if not ctx.is_resume_target:
-        raise rk.ToolInterrupt(
-            {
-                "question": f"Approve a refund of €{amount:.2f} for order {order_id}?",
-                "order_id": order_id,
-                "amount": amount,
-            }
-        )
-    decision = ctx.resume_data or {}
-    if not decision.get("approved"):
-        return f"refund of €{amount:.2f} for order {order_id} was declined by {decision.get('by')}"
-    return f"refund of €{amount:.2f} for order {order_id} approved by {decision.get('by')}"
+    return {"ticket": f"APR-{order_id}", "status": "waiting for a manager", "amount": amount}
 
 
 # -- scripted models: what a real LLM would answer, as functions of the request ------------
-def _last(request: ModelRequest) -> Message:
-    return request.messages[-1]
+def _is_user_text(message: Message) -> bool:
+    return message.role == "user" and not message.content.startswith("For context:")
 
 
 def _user_text(request: ModelRequest) -> str:
-    return next(
-        m.content
-        for m in reversed(request.messages)
-        if m.role == "user" and not m.content.startswith("For context:")
-    )
+    """The customer's latest message (other agents' messages read as "For context: ...")."""
+    return next(m.content for m in reversed(request.messages) if _is_user_text(m))
 
 
-def _order_id(text: str) -> str:
-    match = re.search(r"\d{3,}", text)
-    return match.group(0) if match else "0"
+def _order_id(request: ModelRequest) -> str:
+    """The latest order number in the conversation, the earlier turns included."""
+    for message in reversed(request.messages):
+        texts = [message.content, *(call.arguments for call in message.tool_calls)]
+        for text in texts:
+            found = re.findall(r"order\D{0,8}?(\d{3,})", text, re.I)
+            if found:
+                return str(found[-1])
+    return "0"
 
 
-def _call(name: str, arguments: dict[str, object], n: int) -> Message:
-    return Message.assistant("", [ToolCall(f"call_{name}_{n}", name, json.dumps(arguments))])
+def _own_call(request: ModelRequest, name: str) -> dict[str, object] | None:
+    """The arguments of this agent's latest call of tool ``name`` in the history."""
+    for message in reversed(request.messages):
+        for call in message.tool_calls:
+            if call.name == name:
+                arguments: dict[str, object] = json.loads(call.arguments)
+                return arguments
+    return None
+
+
+def _call(name: str, arguments: dict[str, object], n: int, text: str = "") -> Message:
+    return Message.assistant(text, [ToolCall(f"call_{name}_{n}", name, json.dumps(arguments))])
 
 
 def triage_script(request: ModelRequest, n: int) -> Message:
-    last = _last(request)
-    if last.role == "user" and last.content.startswith("For context:"):
-        return Message.assistant("Is there anything else I can help you with?")
     dest = "refunds" if "refund" in _user_text(request).lower() else "orders"
     return _call("transfer_to_agent", {"agent_name": dest}, n)
 
 
 def orders_script(request: ModelRequest, n: int) -> Message:
-    last = _last(request)
-    if last.role == "tool":
+    last = request.messages[-1]
+    if last.role == "tool" and last.tool_name == "lookup_order":
         order = json.loads(last.content)
         return Message.assistant(
-            f"Order {order['order_id']} has {order['status']} with "
-            f"{order['carrier']}; it arrives {order['eta']}."
+            f"Order {order['order_id']} has {order['status']} with {order['carrier']}; "
+            f"it arrives {order['eta']}."
         )
-    return _call("lookup_order", {"order_id": _order_id(_user_text(request))}, n)
+    if last.role == "tool" and last.tool_name == "track_parcel":
+        parcel = json.loads(last.content)
+        return Message.assistant(
+            f"Your parcel's DHL tracking number is {parcel['tracking']}; it was last seen at "
+            f"{parcel['last_seen']}."
+        )
+    text = _user_text(request).lower()
+    if "refund" in text:
+        return _call(
+            "transfer_to_agent",
+            {"agent_name": "triage"},
+            n,
+            "Refunds are not my desk: passing you back to the front desk.",
+        )
+    tool = "track_parcel" if "track" in text else "lookup_order"
+    return _call(tool, {"order_id": _order_id(request)}, n)
 
 
 def refunds_script(request: ModelRequest, n: int) -> Message:
-    last = _last(request)
-    if last.role == "tool" and last.tool_name == "issue_refund":
-        return Message.assistant(f"Done: {last.content}.")
-    if last.role == "tool":
-        total = json.loads(last.content)["total"]
-        return _call(
-            "issue_refund", {"order_id": _order_id(_user_text(request)), "amount": total}, n
+    last = request.messages[-1]
+    if last.role == "tool" and last.tool_name == "request_refund":
+        decision = json.loads(last.content)
+        asked = _own_call(request, "request_refund") or {}
+        if not decision.get("approved"):
+            return Message.assistant(f"Sorry: {decision.get('by')} declined the refund.")
+        return Message.assistant(
+            f"Good news: {decision.get('by')} approved your refund of "
+            f"€{asked.get('amount', 0):.2f} for order {asked.get('order_id')}."
         )
-    return _call("lookup_order", {"order_id": _order_id(_user_text(request))}, n)
+    if last.role == "tool" and last.tool_name == "lookup_order":
+        order = json.loads(last.content)
+        return _call(
+            "request_refund",
+            {"order_id": order["order_id"], "amount": order["total"], "reason": "arrived broken"},
+            n,
+        )
+    if "refund" in _user_text(request).lower():
+        return _call("lookup_order", {"order_id": _order_id(request)}, n)
+    asked = _own_call(request, "request_refund") or {}
+    return Message.assistant(
+        f"The €{asked.get('amount', 0):.2f} for order {asked.get('order_id')} goes back to "
+        "your card within 5 business days."
+    )
 
 
 def scripted(script: Callable[[ModelRequest, int], Message]) -> rk.ScriptedModel:
@@ -126,23 +178,26 @@ def build_desk(model: str | None = None) -> rk.FlowAgent:
     triage = rk.ChatModelAgent(
         "triage",
         "Front desk: greets customers and routes them.",
-        "You are the front desk of an online shop. Route order questions to 'orders' and "
-        "refund requests to 'refunds'. When a specialist has answered, ask if there is "
-        "anything else.",
+        "You are the front desk of an online shop. Route order questions (status, delivery, "
+        "tracking) to 'orders' and refund requests to 'refunds'.",
         model=pick(triage_script),
     )
     orders = rk.ChatModelAgent(
         "orders",
-        "Answers questions about orders: status, delivery, contents.",
-        "You answer questions about orders. Look orders up with lookup_order.",
+        "Answers questions about orders: status, delivery, tracking.",
+        "You answer questions about orders. Look orders up with lookup_order and parcels with "
+        "track_parcel; the order number may be in earlier messages. For anything else, such "
+        "as refunds, transfer back to 'triage'.",
         model=pick(orders_script),
-        tools=[lookup_order],
+        tools=[lookup_order, track_parcel],
     )
     refunds = rk.ChatModelAgent(
         "refunds",
         "Handles refund requests.",
-        "You handle refunds. Look the order up, then refund its total with issue_refund.",
+        "You handle refunds. Look the order up (the order number may be in earlier messages), "
+        "then ask for a refund of its total with request_refund: a manager decides, and the "
+        "decision comes back as the tool's result. Tell the customer the outcome.",
         model=pick(refunds_script),
-        tools=[lookup_order, issue_refund],
+        tools=[lookup_order, request_refund],
     )
-    return rk.Supervisor(triage, [orders, refunds])
+    return rk.set_sub_agents(triage, [orders, refunds])
