@@ -27,7 +27,7 @@ from relaykit._history import (
     transfer_call_ids,
 )
 from relaykit.agent import Agent, AgentInput
-from relaykit.context import RecordedEvent, RunContext
+from relaykit.context import PriorTurns, RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import AgentEvent, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
@@ -391,18 +391,17 @@ class FlowAgent:
             if not prior:
                 args = (name, list(root_messages), records, len(records), skip_ids)
                 return AgentInput.deferred(lambda: default_history(*args), streaming)
-            prior_skip = transfer_call_ids(prior) if skip else None
-            count, first = len(records), list(root_messages)
+            count, first, earlier = len(records), list(root_messages), prior
 
             def build() -> list[Message]:
-                messages = default_history(name, [], prior, len(prior), prior_skip)
+                messages = _prior_messages(earlier, name, skip)
                 messages.extend(first)
                 return default_history(name, messages, records, count, skip_ids)
 
             return AgentInput.deferred(build, streaming)
         entries = [
             HistoryEntry(rec.event.agent_name == USER_AUTHOR, rec.event.agent_name, rec.message)
-            for rec in prior
+            for rec in (prior.records if prior is not None else ())
             if rec.message is not None
         ]
         entries += [HistoryEntry(True, "", m) for m in root_messages]
@@ -417,6 +416,35 @@ class FlowAgent:
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
+
+
+class _HeldExit:
+    """An agent's own exit event, held while its ``after_agent`` hook may still add a message
+    (delivered before the exit, which stays the agent's last event). Stands in for the
+    ``TrailingTransfers`` in ``_drive``: ``holding`` keeps the loop off its fast path, so the
+    next own event, if any, delivers the exit first."""
+
+    __slots__ = ("event",)
+
+    holding = True
+    events: tuple[AgentEvent, ...] = ()
+
+    def __init__(self, event: AgentEvent) -> None:
+        self.event = event
+
+
+def _prior_messages(prior: PriorTurns, name: str, skip: bool) -> list[Message]:
+    """The earlier turns as ``name`` reads them: built once per agent, then extended with the
+    records added since (a transfer pair is always stored within one turn, so the skipped ids
+    of the new records are all a new part needs)."""
+    key = (name, skip)
+    count, messages = prior.built.get(key, (0, []))
+    records = prior.records
+    if count < len(records):
+        new = records[count:]
+        default_history(name, messages, new, len(new), transfer_call_ids(new) if skip else None)
+        prior.built[key] = (len(records), messages)
+    return list(messages)
 
 
 def as_flow_agent(
