@@ -327,6 +327,7 @@ class SessionRunner:
             context, self.plugins, self.artifact_service, self.memory_service, session
         )
         run = _Run(self, turn, session, invocation)
+        run.cached = cached
         try:
             if pause is not None and not resuming:
                 await run.abandon(pause, cached)
@@ -371,13 +372,18 @@ class _Run:
         self.after_run_done = False
         # The answers to an abandoned pause's calls, stored by this turn.
         self.answered: list[RecordedEvent] = []
+        # Every event this turn stored, in order.
+        self.stored: list[SessionEvent] = []
+        self.cached: _Cached | None = None
 
     # -- storing ----------------------------------------------------------------------------
     async def append(self, event: SessionEvent) -> SessionEvent:
         try:
-            return await self.service.append_event(self.session, event)
+            stored = await self.service.append_event(self.session, event)
         except Exception as exc:
             raise _StoreFailed(exc) from exc
+        self.stored.append(stored)
+        return stored
 
     def failure_event(self, failed: _StoreFailed) -> AgentEvent:
         exc = failed.args[0]
@@ -559,6 +565,17 @@ class _Run:
             )
             gen = root.resume(ctx, cp.resume_info(interrupted))
         else:
+            threshold = owner.compaction.token_threshold if owner.compaction else None
+            if threshold is not None and _prompt_tokens(cached.events) >= threshold:
+                # The token rule runs before the turn's first model call (D25).
+                failure = await self._compact(cached.events)
+                if failure is not None:
+                    with contextlib.suppress(_StoreFailed):
+                        await self.store(failure, None)
+                    yield failure
+                else:
+                    _, cached = await owner._read(self.turn.ref)
+                    self.cached = cached
             history = self.context_for(cached, None)
             root_input = AgentInput(list(stored_texts), owner.streaming)
             route = self._route(cached)
@@ -688,7 +705,7 @@ class _Run:
                     )
                     yield err
             if not interrupted and not errored and self.owner.compaction is not None:
-                failure = await self._compact()
+                failure = await self._compact(self.history_view())
                 if failure is not None:
                     with contextlib.suppress(_StoreFailed):
                         await self.store(failure, None)
@@ -739,11 +756,21 @@ class _Run:
             logger.warning("after_run failed for %s: %s", self.turn.ref, exc)
 
     # -- compaction -------------------------------------------------------------------------
-    async def _compact(self) -> AgentEvent | None:
-        """Summarise the history when a rule says so; an error event when it failed."""
+    def history_view(self) -> list[SessionEvent]:
+        """The history as loaded at the start of the turn, then what the turn stored."""
+        cached = self.cached
+        return [*(cached.events if cached is not None else ()), *self.stored]
+
+    async def _compact(self, view: Sequence[SessionEvent]) -> AgentEvent | None:
+        """Summarise the history when a rule says so; an error event when it failed.
+
+        ``view`` (the loaded history plus this turn's events) tells cheaply whether a rule can
+        fire; only then is the whole session read, so a turn pays for compaction once every
+        ``compaction_interval`` invocations, not every time.
+        """
         config, summarizer = self.owner.compaction, self.owner.summarizer
         assert config is not None
-        if summarizer is None:
+        if summarizer is None or not _may_compact(view, config):
             return None
         ref = self.turn.ref
         try:
@@ -830,6 +857,23 @@ def _stored_responses(events: Sequence[SessionEvent], invocation_id: str) -> set
         and event.message.role == "tool"
         and event.message.tool_call_id
     }
+
+
+def _may_compact(events: Sequence[SessionEvent], config: CompactionConfig) -> bool:
+    """Whether a compaction rule could fire on ``events`` (the latest summary, if any, then
+    the events after it): enough new invocations, or a large enough prompt."""
+    interval = config.compaction_interval
+    if interval is not None:
+        invocations: set[str] = set()
+        for event in reversed(events):
+            if compaction_range(event) is not None:
+                break
+            if event.author == "user" and event.message is not None:
+                invocations.add(event.invocation_id)
+        if len(invocations) >= interval:
+            return True
+    threshold = config.token_threshold
+    return threshold is not None and _prompt_tokens(events) >= threshold
 
 
 def _prompt_tokens(events: Sequence[SessionEvent]) -> int:
