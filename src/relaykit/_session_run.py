@@ -65,7 +65,7 @@ from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.messages import Message
 from relaykit.plugins import InvocationContext, PluginManager
 from relaykit.resume import AddressSegment, InterruptInfo
-from relaykit.sessions._records import SessionRef
+from relaykit.sessions._records import SessionRef, prepare_state
 from relaykit.sessions.base import (
     TEMP_PREFIX,
     HistoryMark,
@@ -231,6 +231,8 @@ class SessionRunner:
                 f"{type(targets).__name__}"
             )
         ref = SessionRef.of(self.app_name, user_id, session_id)
+        if delta:
+            prepare_state(delta, ref)  # a key or value that cannot be stored fails here
         turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip)
         return self._locked(turn)
 
@@ -703,6 +705,8 @@ class _Run:
                         (RunStep(root.name),),
                         error=RunnerError(f"failed to consume the pause of {ref}: {exc}"),
                     )
+                    with contextlib.suppress(_StoreFailed):
+                        await self.store(err, None)
                     yield err
             if not interrupted and not errored and self.owner.compaction is not None:
                 failure = await self._compact(self.history_view())
