@@ -53,7 +53,15 @@ from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
 from relaykit.plugins import InvocationContext, Plugin
 from relaykit.runner import Runner, RunResult
 from relaykit.sessions import InMemorySessionService, Session, SessionEvent, SessionService
-from relaykit.tools import FunctionTool, Tool, ToolContext, ToolInterrupt, exit_loop, tool
+from relaykit.tools import (
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolInterrupt,
+    exit_loop,
+    load_memory,
+    tool,
+)
 from relaykit.transfer import with_deterministic_transfer
 
 if TYPE_CHECKING:
@@ -138,6 +146,7 @@ __all__ = [
     "errors",
     "exit_loop",
     "interrupt",
+    "load_memory",
     "models",
     "register_type",
     "set_sub_agents",

@@ -2,15 +2,19 @@
 
 A ``FlowAgent`` wraps an agent. It stamps the events its agent yields (its *own* events, D6),
 records them in the run history, and acts on the last own action: exit and interrupt stop,
-a transfer runs the target (several trailing transfers form a chain, D3).
+a transfer runs the target (several trailing transfers form a chain, D3). With a Runner's
+plugins it runs the ``before_agent`` / ``after_agent`` hooks around its agent (rules in
+``relaykit._agent_hooks``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from relaykit._agent_hooks import HeldExit, after_agent_event, before_agent, ended_in_failure
+from relaykit._agent_hooks import answer as hook_answer
 from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
 from relaykit._chains import (
     PendingChain,
@@ -29,9 +33,12 @@ from relaykit._history import (
 from relaykit.agent import Agent, AgentInput
 from relaykit.context import PriorTurns, RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
-from relaykit.events import AgentEvent, RunStep
+from relaykit.events import AgentAction, AgentEvent, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
 from relaykit.messages import Message
+
+if TYPE_CHECKING:
+    from relaykit._invocation import Invocation
 
 __all__ = [
     "FlowAgent",
@@ -50,11 +57,12 @@ __all__ = [
 USER_AUTHOR = "user"
 
 _Arg = TypeVar("_Arg")
-# How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume); the
-# pending chain is the one saved for this flow agent, when a resume passes through it.
+# How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume). With
+# the stream come the pending chain saved for this flow agent (when a resume passes through
+# it) and the invocation whose ``after_agent`` hooks run once the stream completes (None: none).
 _Start = Callable[
     [RunContext, _Arg, dict[str, Any]],
-    Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None"]],
+    Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None", "Invocation | None"]],
 ]
 
 
@@ -180,21 +188,38 @@ class FlowAgent:
 
     async def _start_run(
         self, child: RunContext, input: AgentInput | None, options: dict[str, Any]
-    ) -> tuple[AsyncIterator[AgentEvent], None]:
+    ) -> tuple[AsyncIterator[AgentEvent], None, Invocation | None]:
+        after: Invocation | None = None
+        inv = child.options.invocation
+        if inv is not None and inv.plugins and not self._inside_itself(child):
+            answer = await before_agent(inv, self.name)
+            if answer is not None:  # the agent's whole answer: it does not run
+                return hook_answer(answer), None, None
+            if inv.plugins.has("after_agent"):
+                after = inv
         if self.builds_own_input:
             agent_input = input if input is not None else AgentInput()
         else:
             agent_input = await self.build_input(child)
-        return self.agent.run(child, agent_input, **options), None
+        return self.agent.run(child, agent_input, **options), None, after
 
     async def _start_resume(
         self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
-    ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None]:
+    ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None, Invocation | None]:
         state = child.resume_state
         if state is None:
             raise ConfigurationError(
                 f"failed to resume agent {self.name!r}: the run has no resume information"
             )
+        # before_agent ran when the agent started; after_agent runs when a resumed agent
+        # completes -- not when the resume passes through to a transfer target (the agent
+        # itself had completed, and its after_agent ran, before the target started).
+        inv = child.options.invocation
+        after = (
+            inv
+            if inv is not None and inv.plugins.has("after_agent") and not self._inside_itself(child)
+            else None
+        )
         mine = state.claim(child.address, info)
         if mine.was_interrupted:
             resume = getattr(self.agent, "resume", None)
@@ -203,7 +228,7 @@ class FlowAgent:
                     f"failed to resume agent: agent '{self.name}' is an interrupt point but is "
                     "not a ResumableAgent"
                 )
-            return resume(child, mine, **options), None
+            return resume(child, mine, **options), None, after
         names = state.next_points(child.address)
         if not names:
             raise ConfigurationError(
@@ -218,7 +243,7 @@ class FlowAgent:
         pending = state.pending_chains.pop(child.address, None)
         sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
-            return sub.resume(child, info, **options), pending
+            return sub.resume(child, info, **options), pending, None
         if not self.sub_agents:  # a custom wrapper around a tree: it resumes what it wraps
             resume_wrapped = getattr(self.agent, "resume", None)
             if resume_wrapped is None:
@@ -228,10 +253,16 @@ class FlowAgent:
                     "ResumableAgent interface. To support resume, your custom agent wrapper "
                     "must implement the ResumableAgent interface"
                 )
-            return resume_wrapped(child, info, **options), pending
+            return resume_wrapped(child, info, **options), pending, after
         raise ConfigurationError(
             f"failed to resume agent: sub-agent '{names[0]}' not found in agent '{self.name}'"
         )
+
+    def _inside_itself(self, child: RunContext) -> bool:
+        """True for a flow agent run by a wrapper of the same agent (a deterministic transfer
+        around a flow agent): the outer flow agent runs the agent hooks, once."""
+        address = child.address
+        return len(address) > 1 and address[-2] == self._segment
 
     # -- the run loop ----------------------------------------------------------------------
     async def _drive(
@@ -245,17 +276,26 @@ class FlowAgent:
         ``[its events, call→b+c, result→b]``, runs b, delivers ``result→c``, runs c. A
         target that ends with an exit, an interrupt or an error stops the chain; an
         interrupt saves the rest of it (``PendingChain``) so the resume continues with c.
+
+        Plugins (``RunOptions.invocation``): ``before_agent`` runs in ``_start_run``;
+        ``after_agent`` runs here once the agent completed (not after an interrupt or an
+        error), its message delivered after the agent's own events and before a transfer's
+        target runs. An exit stays the agent's last event: while ``after_agent`` may follow,
+        an own exit is held (``HeldExit``) and delivered after the hook's message.
         """
         name, path, history = self.name, ctx.run_path, ctx.history
         record = history.events.append
         try:
-            gen, pending = await start(ctx, arg, options)
+            gen, pending, after = await start(ctx, arg, options)
         except BaseException as exc:
             if must_propagate(exc):
                 raise
             yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
-        trailing = TrailingTransfers()
+        tracker = TrailingTransfers()
+        # ``trailing`` is ``tracker``, or a ``HeldExit`` (which keeps the loop off its fast
+        # path) while an own exit waits for after_agent.
+        trailing: TrailingTransfers | HeldExit = tracker
         last: AgentEvent | None = None
         try:
             async with closing(gen):
@@ -283,7 +323,20 @@ class FlowAgent:
                             record(RecordedEvent(ev))
                             yield ev
                             continue
-                    for out_ev in await trailing.offer(ev):
+                    if isinstance(trailing, HeldExit):  # the exit was not the last event
+                        held_exit, trailing = trailing.event, tracker
+                        record(RecordedEvent(held_exit))
+                        yield held_exit
+                    outs = await tracker.offer(ev)
+                    if (
+                        after is not None
+                        and action is not None
+                        and action.exit
+                        and action.interrupted is None
+                        and outs[-1] is ev
+                    ):
+                        trailing = HeldExit(outs.pop())
+                    for out_ev in outs:
                         a = out_ev.action
                         if a is None or a.interrupted is None:
                             record(RecordedEvent(out_ev))
@@ -294,22 +347,55 @@ class FlowAgent:
             # from outside, and our own generator being closed, propagate.
             if must_propagate(exc) or thrown_into_us(exc):
                 raise
+            if isinstance(trailing, HeldExit):
+                history.record(trailing.event)
+                yield trailing.event
             err = AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             history.record(err)
             yield err
+            return
+        if isinstance(trailing, HeldExit):  # the agent ended with an exit: its hook first
+            extra = await after_agent_event(after, name, path) if after is not None else None
+            if extra is not None and extra.error is None:
+                history.record(extra)
+                yield extra
+            history.record(trailing.event)
+            yield trailing.event
+            if extra is not None and extra.error is not None:
+                history.record(extra)
+                yield extra
             return
         if isinstance(pending, PendingChain):
             if await ended_abnormally(last):
                 return
             chain = pending
         else:
-            found = await trailing.chain()
-            if found is None:
-                return  # exit, interrupt, or a plain end: nothing to transfer
+            found = await tracker.chain()
+            if found is None:  # exit, interrupt, error or a plain end: nothing to transfer
+                if after is not None and not await ended_in_failure(last):
+                    extra = await after_agent_event(after, name, path)
+                    if extra is not None:
+                        history.record(extra)
+                        yield extra
+                        a = last.action if last is not None else None
+                        if extra.error is None and a is not None and a.exit:
+                            # A nested agent's exit (own exits are held): the exit must stay
+                            # the last event, for the flow agents above -- end with our own.
+                            exit_ev = AgentEvent(name, path, action=AgentAction(exit=True))
+                            history.record(exit_ev)
+                            yield exit_ev
+                return
             held, chain = found
             for ev in held:
                 history.record(ev)
                 yield ev
+        if after is not None:  # the agent transferred: it completed, its target runs next
+            extra = await after_agent_event(after, name, path)
+            if extra is not None:
+                history.record(extra)
+                yield extra
+                if extra.error is not None:
+                    return  # D1: the agent failed, nothing transfers
         while True:
             while chain.targets:
                 dest = chain.targets.pop(0)
@@ -416,21 +502,6 @@ class FlowAgent:
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
-
-
-class _HeldExit:
-    """An agent's own exit event, held while its ``after_agent`` hook may still add a message
-    (delivered before the exit, which stays the agent's last event). Stands in for the
-    ``TrailingTransfers`` in ``_drive``: ``holding`` keeps the loop off its fast path, so the
-    next own event, if any, delivers the exit first."""
-
-    __slots__ = ("event",)
-
-    holding = True
-    events: tuple[AgentEvent, ...] = ()
-
-    def __init__(self, event: AgentEvent) -> None:
-        self.event = event
 
 
 def _prior_messages(prior: PriorTurns, name: str, skip: bool) -> list[Message]:

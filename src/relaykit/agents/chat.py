@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
+from relaykit.agents._hooks import call_tool, model_reply
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     MissingPlaceholderError,
@@ -77,7 +78,9 @@ class ChatModelAgent:
     ``transfer_to_agent``, ``exit`` and ``exit_loop`` are reserved for the built-in tools;
     ``tools=[relaykit.exit_loop]`` lets the model end the ``LoopAgent`` the agent runs in.
     A transfer must name one of the agent's targets: any other name goes back to the model
-    (D22).
+    (D22). With a Runner's plugins, ``before_model`` / ``after_model`` run around each model
+    call and ``before_tool`` / ``after_tool`` around each tool call but the synthetic
+    ``transfer_to_agent`` (rules in ``relaykit.agents._hooks``).
 
     >>> import asyncio
     >>> import relaykit as rk
@@ -281,6 +284,8 @@ class ChatModelAgent:
             if system is not None:
                 messages.insert(0, system)
         model = self.model
+        inv = ctx.options.invocation
+        hooks = inv if inv is not None and inv.plugins else None  # plugins (agents/_hooks.py)
         while True:
             if paused is None:
                 if remaining <= 0:
@@ -291,9 +296,14 @@ class ChatModelAgent:
                 remaining -= 1
                 # The live list: a model must copy what it keeps beyond the call.
                 request = ModelRequest(messages, prepared.specs)
+                reply: Message | None = None
+                if hooks is not None:
+                    reply = await model_reply(hooks, self.name, model, request)
                 # D24: the reply recorded (history, next model call) and executed has unique
                 # tool-call ids; a streamed reply's chunks stay the provider's.
-                if streaming:
+                if reply is not None:  # settled by the model hooks (not streamed)
+                    yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
+                elif streaming:
                     stream = ReplyStream(model.stream(request))
                     try:
                         yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
@@ -470,21 +480,11 @@ class ChatModelAgent:
             tctx.is_resume_target = resume.is_resume_target
             tctx.resume_data = resume.resume_data
         tctx.chat_history = history
-        long_running = getattr(tool, "long_running", False)
+        inv = ctx.options.invocation
+        if inv is not None and (not inv.plugins or isinstance(tool, TransferTool)):
+            inv = None  # no tool hooks (none for the synthetic transfer_to_agent)
         try:
-            if long_running and resume is not None and resume.is_resume_target:
-                result = resume.resume_data
-            else:
-                result = await tool.call(tctx, arguments)
-                if long_running:
-                    raise ToolInterrupt(
-                        {
-                            "tool": call.name,
-                            "tool_call_id": call.id,
-                            "arguments": arguments,
-                            "started": result,
-                        }
-                    )
+            result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
         except ToolError as exc:
             return ToolCallResult(tool_message(call, f"error: {exc}"), tctx.action, True)
         except ToolInterrupt as ti:

@@ -1,5 +1,5 @@
-"""Tools: the protocol, function tools, the built-in ``exit_loop`` and (with the ``mcp`` extra)
-MCP tools."""
+"""Tools: the protocol, function tools, the built-ins ``exit_loop`` and ``load_memory`` and
+(with the ``mcp`` extra) MCP tools."""
 
 from relaykit.tools.base import (
     RESERVED_TOOL_NAMES,
@@ -8,7 +8,7 @@ from relaykit.tools.base import (
     is_builtin_tool,
     register_builtin_tool,
 )
-from relaykit.tools.builtin import exit_loop
+from relaykit.tools.builtin import exit_loop, load_memory
 from relaykit.tools.function import FunctionTool, ToolInterrupt, tool
 
 __all__ = [
@@ -19,6 +19,7 @@ __all__ = [
     "ToolInterrupt",
     "exit_loop",
     "is_builtin_tool",
+    "load_memory",
     "register_builtin_tool",
     "tool",
 ]

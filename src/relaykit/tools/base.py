@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from relaykit.errors import ConfigurationError
 from relaykit.models.base import ToolSpec
 
 if TYPE_CHECKING:
+    from relaykit._invocation import Invocation
     from relaykit.context import RunContext
     from relaykit.events import AgentAction
-    from relaykit.messages import Message
+    from relaykit.memory import MemoryEntry
+    from relaykit.messages import Blob, Message
 
 __all__ = [
     "RESERVED_TOOL_NAMES",
+    "SessionState",
     "Tool",
     "ToolContext",
     "is_builtin_tool",
@@ -32,6 +37,50 @@ _BUILTIN_TOOLS: dict[int, object] = {}
 _T = TypeVar("_T")
 
 
+class SessionState(MutableMapping[str, Any]):
+    """The session values of a run as a mutable mapping (``ToolContext.state``): reads see every
+    value, writes go through ``RunContext.set_session_value`` (so in session mode they become
+    the agent's ``state_delta``). Values cannot be deleted: set them to None.
+
+    >>> from relaykit.context import RunContext
+    >>> run = RunContext.new({"city": "Paris"})
+    >>> state = SessionState(run)
+    >>> state["units"] = "metric"; state.setdefault("city", "Lyon")
+    'Paris'
+    >>> dict(run.session_values), len(state), "units" in state
+    ({'city': 'Paris', 'units': 'metric'}, 2, True)
+
+    Args:
+        run_context: the context whose session values the mapping shows.
+    """
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run_context: RunContext) -> None:
+        self._run = run_context
+
+    def __getitem__(self, key: str) -> Any:
+        return self._run.history.values[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._run.set_session_value(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        raise TypeError(
+            f"session value {key!r} cannot be deleted (a deletion is not a state delta a "
+            "session can store): set it to None instead"
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._run.history.values)
+
+    def __len__(self) -> int:
+        return len(self._run.history.values)
+
+    def __repr__(self) -> str:
+        return f"SessionState({self._run.history.values!r})"
+
+
 class ToolContext:
     """What a tool call can see and do.
 
@@ -39,6 +88,12 @@ class ToolContext:
     resume, ``was_interrupted`` / ``interrupt_state`` / ``is_resume_target`` / ``resume_data``
     tell a tool that interrupted earlier what happened since. A function tool receives it when
     its first parameter is annotated ``ToolContext``.
+
+    ``state`` reads and writes the run's session values. In session mode (a Runner with a
+    session service) ``session`` is the turn's session, and the artifact and memory methods
+    reach the Runner's services for the session's app and user: ``save_artifact``,
+    ``load_artifact``, ``search_memory`` (each raises ``ConfigurationError`` saying what to
+    configure when the service is missing).
 
     >>> import relaykit as rk
     >>> @rk.tool
@@ -110,6 +165,121 @@ class ToolContext:
         True
         """
         self.action = action
+
+    # -- session mode ----------------------------------------------------------------------
+    @property
+    def session(self) -> Any:
+        """The session of the turn (the session service's ``Session``), or None outside
+        session mode. ``Any``: the service's own type; read it, do not change it.
+
+        >>> import relaykit as rk
+        >>> ToolContext(rk.RunContext.new(), "lookup", "call_1").session is None
+        True
+        """
+        inv = self.run_context.options.invocation
+        return inv.session if inv is not None else None
+
+    @property
+    def state(self) -> SessionState:
+        """The session values, readable and writable like a dict; a write is
+        ``run_context.set_session_value`` (in session mode, a state delta of the agent).
+
+        >>> import relaykit as rk
+        >>> ctx = ToolContext(rk.RunContext.new({"n": 1}), "count", "call_1")
+        >>> ctx.state["n"] += 1; ctx.run_context.get_session_value("n")
+        2
+        """
+        return SessionState(self.run_context)
+
+    async def save_artifact(self, name: str, blob: Blob) -> int:
+        """Store ``blob`` as the next version of the artifact ``name`` of this session (a
+        ``user:`` name: of the user, in all their sessions); returns the version (0, 1...).
+
+        >>> import asyncio, relaykit as rk
+        >>> ctx = ToolContext(rk.RunContext.new(), "report", "call_1")
+        >>> try:
+        ...     asyncio.run(ctx.save_artifact("report.txt", rk.Blob("text/plain", b"hi")))
+        ... except ConfigurationError as exc:
+        ...     print(str(exc).split(": ")[0])
+        ToolContext.save_artifact needs an artifact service and session mode
+
+        Args:
+            name: the artifact's name (``validate_artifact_name`` says which are valid).
+            blob: the content.
+
+        Raises:
+            ConfigurationError: no artifact service, or not in session mode.
+            ArtifactNameError: ``name`` cannot name an artifact.
+        """
+        inv, user_id, session_id = self._scope("save_artifact", "artifact_service")
+        assert inv.artifact_service is not None
+        return await inv.artifact_service.save(
+            inv.context.app_name, user_id, session_id, name, blob
+        )
+
+    async def load_artifact(self, name: str, version: int | None = None) -> Blob | None:
+        """Version ``version`` of the artifact ``name`` (the latest when None), or None when
+        there is no such artifact or version.
+
+        Args:
+            name: the artifact's name.
+            version: the version to load; the latest by default.
+
+        Raises:
+            ConfigurationError: no artifact service, or not in session mode.
+        """
+        inv, user_id, session_id = self._scope("load_artifact", "artifact_service")
+        assert inv.artifact_service is not None
+        return await inv.artifact_service.load(
+            inv.context.app_name, user_id, session_id, name, version
+        )
+
+    async def search_memory(self, query: str) -> list[MemoryEntry]:
+        """The entries of the user's memory (their past sessions of this app) matching
+        ``query``, best first.
+
+        Args:
+            query: what to look for (keywords, for ``InMemoryMemoryService``).
+
+        Raises:
+            ConfigurationError: no memory service, or not in session mode.
+        """
+        inv = self.run_context.options.invocation
+        if inv is None or inv.memory_service is None:
+            raise ConfigurationError(_missing("search_memory", "memory_service", inv))
+        user_id = inv.context.user_id
+        if user_id is None:
+            raise ConfigurationError(_outside_session("search_memory", "a user"))
+        return await inv.memory_service.search(inv.context.app_name, user_id, query)
+
+    def _scope(self, method: str, service: str) -> tuple[Invocation, str, str]:
+        """The invocation, user id and session id for an artifact method, or the
+        ``ConfigurationError`` saying what is missing."""
+        inv = self.run_context.options.invocation
+        if inv is None or getattr(inv, service) is None:
+            raise ConfigurationError(_missing(method, service, inv))
+        user_id, session_id = inv.context.user_id, inv.context.session_id
+        if user_id is None or session_id is None:
+            raise ConfigurationError(_outside_session(method, "a session"))
+        return inv, user_id, session_id
+
+
+def _missing(method: str, service: str, inv: Invocation | None) -> str:
+    what = "an artifact service" if service == "artifact_service" else "a memory service"
+    if inv is None:  # not run by a Runner with services (or plugins)
+        return (
+            f"ToolContext.{method} needs {what} and session mode: "
+            f"Runner(agent, session_service=..., {service}=...), run with user_id and "
+            "session_id"
+        )
+    return f"ToolContext.{method} needs {what}: pass Runner(..., {service}=...)"
+
+
+def _outside_session(method: str, what: str) -> str:
+    return (
+        f"ToolContext.{method} works in session mode only (it belongs to {what}): give the "
+        "Runner a session service and run with user_id and session_id"
+    )
 
 
 @runtime_checkable
