@@ -243,9 +243,37 @@ class SessionRunner:
             ref.app_name, ref.user_id, ref.session_id, timeout=self.lock_timeout
         ):
             view, cached = await self._read(ref)
-            async with closing(self._invocation(turn, view, cached)) as events:
-                async for ev in events:
-                    yield ev
+            runs: list[_Run] = []
+            try:
+                async with closing(self._invocation(turn, view, cached, runs)) as events:
+                    async for ev in events:
+                        yield ev
+            finally:
+                if runs:
+                    self._remember(ref, runs[0])
+
+    def _remember(self, ref: SessionRef, run: _Run) -> None:
+        """Add what the turn stored to the cache, so the next turn does not read it back.
+
+        The next ``read_turn`` checks that the event at the remembered position is the last
+        one stored here (an event appended around the lock by someone else shifts it, and the
+        history is read whole again).
+        """
+        cached = run.cached
+        if cached is None or self._cache.get(ref) is not cached:
+            return
+        if run.compacted:
+            self._cache.pop(ref, None)  # the summary changes where the history starts
+            return
+        if run.stored:
+            mark = cached.mark
+            cached.extend(run.stored)
+            cached.mark = HistoryMark(
+                mark.incarnation,
+                mark.last_seq + len(run.stored),
+                mark.summary_seq,
+                run.stored[-1].id,
+            )
 
     async def _read(self, ref: SessionRef) -> tuple[TurnView, _Cached]:
         """The session (created if allowed) and its history, from this Runner's cache plus
@@ -289,7 +317,7 @@ class SessionRunner:
         return view, cached
 
     async def _invocation(
-        self, turn: _Turn, view: TurnView, cached: _Cached
+        self, turn: _Turn, view: TurnView, cached: _Cached, runs: list[_Run]
     ) -> AsyncIterator[AgentEvent]:
         ref, session = turn.ref, view.session
         pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
@@ -330,6 +358,7 @@ class SessionRunner:
         )
         run = _Run(self, turn, session, invocation)
         run.cached = cached
+        runs.append(run)
         try:
             if pause is not None and not resuming:
                 await run.abandon(pause, cached)
@@ -377,6 +406,8 @@ class _Run:
         # Every event this turn stored, in order.
         self.stored: list[SessionEvent] = []
         self.cached: _Cached | None = None
+        # A compaction summary was appended (the cached history no longer starts right).
+        self.compacted = False
 
     # -- storing ----------------------------------------------------------------------------
     async def append(self, event: SessionEvent) -> SessionEvent:
@@ -796,6 +827,7 @@ class _Run:
                 author=self.owner.root.name,
             )
             summary.timestamp = time.time()
+            self.compacted = True
             await self.service.append_event(self.session, summary)
         except Exception as exc:
             root = self.owner.root

@@ -569,3 +569,32 @@ async def test_a_streamed_message_is_delivered_while_streaming_and_stored_once(
     events = await events_of(runner.run([rk.Message.user("hi")], user_id=USER, session_id=SID))
     assert len(events) == 1 and events[0].output is not None and events[0].output.is_streaming
     assert texts(await stored(service)) == [("user", "hi"), ("talker", "one two three")]
+
+
+# -- the Runner's cache of a session's history ---------------------------------------------
+async def test_events_appended_by_others_are_read_even_around_a_turn(service: Any) -> None:
+    sneaked: list[bool] = []
+
+    class Sneaky(rk.BaseAgent):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            self_seen = [m.content for m in input.messages]
+            if not sneaked:  # an app appending outside the turn lock, mid-turn
+                sneaked.append(True)
+                session = await service.get_session(APP, USER, SID)
+                await service.append_event(
+                    session, SessionEvent(author="user", message=rk.Message.user("aside"))
+                )
+            yield rk.AgentEvent.from_message(rk.Message.assistant("|".join(self_seen)))
+
+    runner = rk.Runner(Sneaky("sneaky"), app_name=APP, session_service=service)
+    await runner.invoke("one", user_id=USER, session_id=SID)
+    session = await service.get_session(APP, USER, SID)
+    await service.append_event(
+        session, SessionEvent(author="user", message=rk.Message.user("between"))
+    )
+    result = await runner.invoke("two", user_id=USER, session_id=SID)
+    assert result.output is not None
+    # The history is the stored order: "aside" was stored inside the first turn.
+    assert result.output.content == "one|aside|one|between|two"

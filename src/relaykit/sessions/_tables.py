@@ -99,6 +99,7 @@ _EVENTS_AFTER = (
     .where(_e.session_pk == _param("pk"), _e.seq > _param("after"))
     .order_by(_e.seq)
 )
+_EVENT_ID_AT = sa.select(_e.event_id).where(_e.session_pk == _param("pk"), _e.seq == _param("seq"))
 _READ_STATE = sa.select(_st.key, _st.value).where(
     _st.owner.in_([_param("app"), _param("user"), _param("session")])
 )

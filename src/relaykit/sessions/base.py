@@ -133,6 +133,8 @@ class HistoryMark:
     last_seq: int
     #: The position of the latest compaction summary, or None.
     summary_seq: int | None
+    #: The id of the event at ``last_seq`` (checked by the next read), or None.
+    last_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -73,6 +73,7 @@ try:
         _DELETE_EVENTS,
         _DELETE_OWN_STATE,
         _DELETE_SESSION,
+        _EVENT_ID_AT,
         _EVENTS_AFTER,
         _FIND_SESSION_KEY_SHARE,
         _GET_CHECKPOINT,
@@ -395,13 +396,17 @@ class DatabaseSessionService:
                 found = (await conn.execute(_READ_SESSION, {"key": ref.owner("session")})).first()
                 if found is None:
                     return None
-                mark = HistoryMark(found.pk, found.last_seq, found.summary_seq)
                 delta = (
                     after is not None
-                    and after.incarnation == mark.incarnation
-                    and after.summary_seq == mark.summary_seq
-                    and after.last_seq <= mark.last_seq
+                    and after.incarnation == found.pk
+                    and after.summary_seq == found.summary_seq
+                    and after.last_seq <= found.last_seq
                 )
+                if delta and after is not None and after.last_id is not None and after.last_seq:
+                    at = (
+                        await conn.execute(_EVENT_ID_AT, {"pk": found.pk, "seq": after.last_seq})
+                    ).scalar()
+                    delta = at == after.last_id
                 if delta:
                     assert after is not None
                     rows = (
@@ -429,6 +434,11 @@ class DatabaseSessionService:
             found.last_update_time,
         )
         events = [decode_event(data, event_id, ref) for _, event_id, data in rows]
+        if rows:
+            last_id: str | None = max(rows, key=lambda row: row.seq).event_id
+        else:
+            last_id = after.last_id if delta and after is not None else None
+        mark = HistoryMark(found.pk, found.last_seq, found.summary_seq, last_id)
         return TurnView(session, mark, events, delta, bytes(pause) if pause is not None else None)
 
     # -- pauses -------------------------------------------------------------------------------

@@ -219,12 +219,18 @@ class InMemorySessionService:
         if stored is None:
             return None
         summary_seq = stored.summary[0] + 1 if stored.summary is not None else None
-        mark = HistoryMark(stored.incarnation, len(stored.events), summary_seq)
+        last_id = stored.events[-1][0] if stored.events else None
+        mark = HistoryMark(stored.incarnation, len(stored.events), summary_seq, last_id)
         delta = (
             after is not None
             and after.incarnation == mark.incarnation
             and after.summary_seq == mark.summary_seq
             and after.last_seq <= mark.last_seq
+            and (
+                after.last_id is None
+                or after.last_seq == 0
+                or stored.events[after.last_seq - 1][0] == after.last_id
+            )
         )
         if delta:
             assert after is not None
