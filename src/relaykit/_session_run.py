@@ -590,6 +590,7 @@ class _Run:
                     self.values[key] = value  # temp: values survive the pause (D12)
             history.events = [RecordedEvent(e) for e in cp.events]
             history.events.extend(user_record(m) for m in stored_texts)
+            options.resume_messages = list(stored_texts)
             ctx = RunContext(
                 root_input=cp.root_input,
                 history=history,

@@ -171,6 +171,9 @@ class RunOptions:
     #: The plugins and services of the invocation (``relaykit.Invocation``), when the Runner
     #: has any; agents, model calls and tools reach them here.
     invocation: Invocation | None = None
+    #: Session mode: the user's text messages sent with tool responses that continue a paused
+    #: invocation; the first resumed chat agent reads them after its tool results.
+    resume_messages: list[Message] = field(default_factory=list)
 
     def count_transfer(self, source: str, dest: str) -> str | None:
         """Count one transfer from ``source`` to ``dest``; the error text if it exceeds the

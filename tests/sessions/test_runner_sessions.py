@@ -268,7 +268,6 @@ def refund_desk() -> tuple[rk.FlowAgent, dict[str, rk.ScriptedModel]]:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the resumed chat agent does not yet read the texts")
 async def test_a_tool_response_continues_the_paused_invocation(service: Any) -> None:
     STARTED.clear()
     root, models = refund_desk()

@@ -286,6 +286,7 @@ class ChatModelAgent:
         model = self.model
         inv = ctx.options.invocation
         hooks = inv if inv is not None and inv.plugins else None  # plugins (agents/_hooks.py)
+        resumed = False
         while True:
             if paused is None:
                 if remaining <= 0:
@@ -331,6 +332,7 @@ class ChatModelAgent:
                 self._refuse_partial_transfers(prepared, state, todo)
             else:
                 state, paused = paused, None
+                resumed = True
                 todo = []
                 for call in state.calls:
                     pending = state.pending.get(call.id)
@@ -352,6 +354,14 @@ class ChatModelAgent:
                 return
             for call in state.calls:
                 messages.append(state.results[call.id].message)
+            if resumed:
+                # Session mode: the user's texts sent with the tool responses follow the
+                # results (a user message never separates a call from its results, D25).
+                resumed = False
+                late = ctx.options.resume_messages
+                if late:
+                    messages.extend(late)
+                    ctx.options.resume_messages = []  # read by the first resumed agent only
             # D3: the results of transfer (and other return-directly) calls are held until the
             # whole batch finished -- also across a pause inside the batch -- and delivered
             # together, in call order, so a chain of transfers is never cut short.
