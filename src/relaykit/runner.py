@@ -57,13 +57,13 @@ class RunKwargs(TypedDict, total=False):
 
     #: The id to save an interrupted run under.
     checkpoint_id: str | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: the user the session belongs to (required there, else None).
     user_id: str | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: the session to run the turn in (required there, else None).
     session_id: str | None
     #: Initial session values (the application's own, hence ``Any``).
     session_values: Mapping[str, Any] | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: state changes stored with the user's event, by scope.
     state_delta: Mapping[str, Any] | None
     #: Leave the transfer messages out of the histories agents read.
     skip_transfer_messages: bool
@@ -80,13 +80,13 @@ class ResumeKwargs(TypedDict, total=False):
 
     #: The caller's answers by interrupt id: application-defined values, hence ``Any``.
     targets: Mapping[str, Any] | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: the user the session belongs to (required there, else None).
     user_id: str | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: the session to run the turn in (required there, else None).
     session_id: str | None
     #: Values to set on the restored session values before resuming.
     session_values: Mapping[str, Any] | None
-    #: Session mode (not in this version): must be None.
+    #: Session mode: state changes stored with the user's event, by scope.
     state_delta: Mapping[str, Any] | None
     #: Leave the transfer messages out of the histories agents read.
     skip_transfer_messages: bool
@@ -96,10 +96,17 @@ class Runner:
     """Runs an agent (tree): ``run``, ``query``, ``resume``, and ``invoke`` /
     ``invoke_resume`` to run to the end.
 
-    With a checkpoint store, an interrupted run is saved (under the ``checkpoint_id`` given to
-    ``run``, else a generated one, put on the interrupt event) and ``resume`` continues it in
-    any process. A resume claims its checkpoint first, so two resumes of one checkpoint never
-    both run (the loser gets ``CheckpointBusyError``), and a resume that completes consumes it.
+    Two modes (docs/durable-runner.md). Without a session service each run starts from the
+    messages it is given; with a checkpoint store, an interrupted run is saved (under the
+    ``checkpoint_id`` given to ``run``, else a generated one, put on the interrupt event) and
+    ``resume`` continues it in any process. A resume claims its checkpoint first, so two
+    resumes of one checkpoint never both run (the loser gets ``CheckpointBusyError``), and a
+    resume that completes consumes it.
+
+    With a session service, every ``run`` is one turn of a stored session (``user_id``,
+    ``session_id``): earlier turns are the history, every complete event is stored before the
+    caller receives it, a pause is kept with the session, and the next turn starts at the
+    agent that spoke last.
 
     >>> import asyncio
     >>> import relaykit as rk
@@ -118,20 +125,26 @@ class Runner:
         streaming: agents stream their model replies (``AgentInput.enable_streaming``).
         checkpoint_store: where interrupted runs are saved; without one an interrupted run
             cannot be resumed.
-        session_service: not in this version (the durable Runner's): must be None.
-        plugins: not in this version (the durable Runner's): must be empty.
-        artifact_service: not in this version (the durable Runner's): must be None.
-        memory_service: not in this version (the durable Runner's): must be None.
-        compaction: not in this version (the durable Runner's): must be None.
-        auto_create_session: session mode (not in this version): create a session a run
-            names if it does not exist.
-        save_input_blobs_as_artifacts: session mode (not in this version): save the input's
-            attachments as artifacts.
+        session_service: where sessions are stored; None for no sessions (each run on its own
+            messages). With one, ``run`` and ``resume`` need ``user_id`` and ``session_id``.
+        plugins: hooks around runs, agents, model calls and tool calls (``relaykit.Plugin``;
+            unique names), in the order their hooks run.
+        artifact_service: where ``ToolContext.save_artifact`` and input attachments go.
+        memory_service: what ``load_memory`` and ``ToolContext.search_memory`` search.
+        compaction: when to summarise a session's history (session mode; without a
+            summarizer the root agent must be a ``ChatModelAgent``, whose model is used).
+        auto_create_session: session mode: create a session a run names if it does not
+            exist (else ``SessionNotFoundError``).
+        save_input_blobs_as_artifacts: session mode: save the user message's attachments as
+            artifacts and replace them by ``Uploaded file: <name>`` (needs an artifact
+            service).
         checkpoint_signing_key: sign saved checkpoints (HMAC-SHA256) with this secret and
             refuse to resume one whose signature is missing or wrong
             (docs/checkpoints-and-storage.md#d10).
         max_transfers: the most transfers one run may perform, 0 to
             ``MAX_SUPPORTED_TRANSFERS`` (docs/errors-and-limits.md#d23).
+        session_lock_timeout: session mode: how long a turn waits for another turn of the
+            same session (any process) before ``SessionBusyError``, in seconds.
     """
 
     def __init__(
@@ -272,11 +285,14 @@ class Runner:
             messages: the run's input.
             checkpoint_id: the id to save an interrupted run under (needs a checkpoint
                 store); a generated one by default.
-            user_id: session mode (not in this version): must be None.
-            session_id: session mode (not in this version): must be None.
-            session_values: initial session values, visible to every agent (the application's
+            user_id: session mode: the user the session belongs to.
+            session_id: session mode: the session (created on first use unless
+                ``auto_create_session=False``).
+            session_values: initial session values, visible to every agent (in session mode
+                they are stored like ``state_delta``; the application's
                 own values, hence ``Any``).
-            state_delta: session mode (not in this version): must be None.
+            state_delta: session mode: state changes stored with the user's event (keys
+                prefixed ``app:``, ``user:``, ``temp:`` or none, docs/sessions.md).
             skip_transfer_messages: leave the ``transfer_to_agent`` messages out of the
                 histories agents read (docs/trees-and-transfer.md#d5).
 
@@ -321,6 +337,8 @@ class Runner:
             ctx.history.values.update(session_values)
         if self._plugins:
             return self._with_plugins(ctx, root_input, checkpoint_id)
+        if self.artifact_service is not None or self.memory_service is not None:
+            self._invocation(ctx)
         return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
 
     def query(self, text: str, **options: Unpack[RunKwargs]) -> AsyncIterator[AgentEvent]:
@@ -359,10 +377,12 @@ class Runner:
             targets: the caller's answers by interrupt id (``InterruptContext.id``): the data
                 each point's agent reads as ``ResumeInfo.resume_data`` (application-defined,
                 hence ``Any``; docs/interrupts-and-resume.md#d8).
-            user_id: session mode (not in this version): must be None.
-            session_id: session mode (not in this version): must be None.
+            user_id: session mode: the user the session belongs to.
+            session_id: session mode: the session (created on first use unless
+                ``auto_create_session=False``).
             session_values: values to set on the restored session values before resuming.
-            state_delta: session mode (not in this version): must be None.
+            state_delta: session mode: state changes stored with the user's event (keys
+                prefixed ``app:``, ``user:``, ``temp:`` or none, docs/sessions.md).
             skip_transfer_messages: as for ``run``.
 
         See ``invoke_resume`` for an example.
