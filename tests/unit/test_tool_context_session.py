@@ -296,4 +296,4 @@ async def test_runner_eino_mode_artifacts_need_a_session() -> None:
     events = [ev async for ev in runner.run([rk.Message.user("write")])]
     error = events[-1].error
     assert isinstance(error, ConfigurationError)
-    assert "session mode" in str(error) and "session_service=" in str(error)
+    assert "session mode" in str(error) and "session service" in str(error)
