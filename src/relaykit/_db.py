@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -152,6 +153,13 @@ def _begin_sqlite_transaction(conn: sa.Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+#: ``PRAGMA synchronous`` of relaykit's SQLite connections (see _configure_sqlite_connection);
+#: set ``RELAYKIT_SQLITE_SYNCHRONOUS=FULL`` to sync every commit.
+SQLITE_SYNCHRONOUS = (
+    "FULL" if os.environ.get("RELAYKIT_SQLITE_SYNCHRONOUS", "").upper() == "FULL" else "NORMAL"
+)
+
+
 def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) -> None:
     # Several processes (or engines) write one file: with a busy timeout a writer waits for the
     # lock instead of failing at once with "database is locked", and in WAL mode readers never
@@ -168,6 +176,11 @@ def _configure_sqlite_connection(dbapi_connection: Any, connection_record: Any) 
             # connection is switching it: this one goes on (migrate() switches it too).
             if type(exc).__name__ != "OperationalError":
                 raise
+        # In WAL mode, NORMAL syncs the WAL at checkpoints instead of at every commit: a
+        # committed transaction survives the process being killed (the crash trials check
+        # it); only a power loss or an OS crash can lose the last commits. FULL (SQLite's
+        # default) would add an fsync to every stored event (docs/sessions.md#storage).
+        cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS}")
     finally:
         cursor.close()
     # The driver must not open transactions by itself: relaykit begins them (see above).

@@ -1,6 +1,6 @@
 """The Runner's session mode: one turn (invocation) of a durable session, stored as it runs.
 
-What a turn does, in order (docs/sessions.md has the rules for users):
+What a turn does, in order (docs/durable-runner.md has the rules for users):
 
 1. takes the session's turn lock (``SessionBusyError`` after ``session_lock_timeout``);
 2. reads the session in one read (created when missing and ``auto_create_session``), with its
@@ -113,8 +113,10 @@ class _Cached:
     mark: HistoryMark
     events: list[SessionEvent] = field(default_factory=list)
     prior: PriorTurns = field(default_factory=PriorTurns)
-    # The invocation id of each record (to leave the paused invocation out on a resume).
+    # The invocation id and event id of each record (to leave events out: the paused
+    # invocation's on a resume, the turn's own after a compaction read them back).
     invocations: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
 
     def extend(self, events: Sequence[SessionEvent]) -> None:
         for event in events:
@@ -123,6 +125,7 @@ class _Cached:
             if rec is not None:
                 self.prior.records.append(rec)
                 self.invocations.append(event.invocation_id)
+                self.ids.append(event.id)
 
 
 @dataclass(slots=True)
@@ -379,6 +382,16 @@ class SessionRunner:
             yield run.failure_event(failed)
             await run.after_run()
             return
+        except Exception as exc:
+            # on_user_message raised (a PluginError) or an attachment could not be saved: the
+            # turn ends with an error event (stored, when it can be) before any agent runs.
+            root = self.root
+            err = AgentEvent(root.name, (RunStep(root.name),), error=exc)
+            with contextlib.suppress(_StoreFailed):
+                await run.store(err, None)
+            yield err
+            await run.after_run()
+            return
         async with closing(run.drive(cp, interrupted, targets, stored_texts, cached)) as events:
             async for ev in events:
                 yield ev
@@ -408,6 +421,8 @@ class _Run:
         self.cached: _Cached | None = None
         # A compaction summary was appended (the cached history no longer starts right).
         self.compacted = False
+        # Attachments saved as artifacts so far by this turn.
+        self.blobs = 0
 
     # -- storing ----------------------------------------------------------------------------
     async def append(self, event: SessionEvent) -> SessionEvent:
@@ -447,8 +462,10 @@ class _Run:
             )
         ref = self.turn.ref
         texts = [message.content] if message.content else []
-        for index, blob in enumerate(message.attachments):
-            name = f"artifact_{self.context.invocation_id}_{index}"
+        for blob in message.attachments:
+            # Numbered across the turn's messages: every attachment gets a name of its own.
+            name = f"artifact_{self.context.invocation_id}_{self.blobs}"
+            self.blobs += 1
             await service.save(ref.app_name, ref.user_id, ref.session_id, name, blob)
             texts.append(_PLACEHOLDER.format(name))
         return Message(
@@ -535,11 +552,15 @@ class _Run:
 
     # -- running ----------------------------------------------------------------------------
     def context_for(self, cached: _Cached, paused: str | None) -> RunHistory:
-        if paused is None and not self.answered:
+        if paused is None and not self.answered and not self.compacted:
             return RunHistory(self.values, prior=cached.prior)  # built messages reused
         records = cached.prior.records
         if paused is None:
-            kept = [*records, *self.answered]
+            # (after a compaction read the cache again, it holds this turn's user event)
+            own = {event.id for event in self.stored}
+            kept = [rec for rec, i in zip(records, cached.ids, strict=True) if i not in own]
+            if not self.compacted:
+                kept += self.answered  # (else the read after the compaction has them)
         else:
             kept = [
                 rec for rec, inv in zip(records, cached.invocations, strict=True) if inv != paused
@@ -610,6 +631,7 @@ class _Run:
                 else:
                     _, cached = await owner._read(self.turn.ref)
                     self.cached = cached
+                    self.compacted = True  # this turn's own events are in the cache now
             history = self.context_for(cached, None)
             root_input = AgentInput(list(stored_texts), owner.streaming)
             route = self._route(cached)

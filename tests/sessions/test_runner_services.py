@@ -9,7 +9,7 @@ import pytest
 
 import relaykit as rk
 from relaykit.compaction import CompactionConfig
-from relaykit.errors import ConfigurationError, RunnerError
+from relaykit.errors import ConfigurationError, PluginError, RunnerError
 from relaykit.sessions import InMemorySessionService, SessionEvent, compaction_range
 
 APP, USER, SID = "desk", "u1", "s1"
@@ -73,8 +73,32 @@ async def test_the_token_rule_summarises_before_the_next_turn_runs(service: Any)
     await runner.invoke("a", user_id=USER, session_id=SID)
     await runner.invoke("b", user_id=USER, session_id=SID)
     # After turn 1 the prompt reported 500 tokens: the turn-2 model call saw a summary.
+    assert agent.inputs[1] == ["Summary of the earlier conversation: talked about a", "echo a", "b"]
+
+
+async def test_the_token_rule_runs_before_a_turn_when_the_last_one_was_not_compacted(
+    service: Any,
+) -> None:
+    class FailsOnce(Echo):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            async for ev in super().run(ctx, input, **options):
+                yield ev
+            if len(self.inputs) == 1:
+                raise RuntimeError("after answering")  # the invocation is not compacted
+
+    agent = FailsOnce("echo", tokens=500)
+    config = CompactionConfig(token_threshold=400, event_retention_size=1, summarizer=summarizer)
+    runner = rk.Runner(agent, app_name=APP, session_service=service, compaction=config)
+    events = [ev async for ev in runner.run([rk.Message.user("a")], user_id=USER, session_id=SID)]
+    assert events[-1].error is not None
+    session = await service.get_session(APP, USER, SID)
+    assert not [e for e in session.events if compaction_range(e) is not None]
+    await runner.invoke("b", user_id=USER, session_id=SID)
+    # Summarised before turn 2 ran; its own message appears once, after the summary.
     assert agent.inputs[1][0].startswith("Summary of the earlier conversation: talked about a")
-    assert agent.inputs[1][-1] == "b"
+    assert agent.inputs[1].count("b") == 1 and agent.inputs[1][-1] == "b"
 
 
 async def test_an_interrupted_or_failed_invocation_is_not_compacted() -> None:
@@ -147,6 +171,50 @@ async def test_input_attachments_are_saved_as_artifacts_and_replaced(service: An
     assert agent.inputs[0][-1] == user.message.content
     loaded = await artifacts.load(APP, USER, SID, name)
     assert loaded is not None and loaded.data == b"receipt #7"
+
+
+async def test_attachments_of_several_messages_get_names_of_their_own() -> None:
+    service, artifacts = InMemorySessionService(), rk.InMemoryArtifactService()
+    runner = rk.Runner(
+        Echo("echo"),
+        app_name=APP,
+        session_service=service,
+        artifact_service=artifacts,
+        save_input_blobs_as_artifacts=True,
+    )
+    one, two = rk.Blob("text/plain", b"one"), rk.Blob("text/plain", b"two")
+    await runner.invoke(
+        [rk.Message.user("a", attachments=[one]), rk.Message.user("b", attachments=[two])],
+        user_id=USER,
+        session_id=SID,
+    )
+    session = await service.get_session(APP, USER, SID)
+    inv = session.events[0].invocation_id
+    assert [e.message.content for e in session.events[:2]] == [
+        f"a\nUploaded file: artifact_{inv}_0",
+        f"b\nUploaded file: artifact_{inv}_1",
+    ]
+    assert (await artifacts.load(APP, USER, SID, f"artifact_{inv}_1")).data == b"two"
+
+
+async def test_a_failing_on_user_message_ends_the_turn_with_an_error_and_after_run() -> None:
+    calls: list[str] = []
+
+    class Picky(rk.Plugin):
+        async def on_user_message(self, ctx: Any, message: rk.Message) -> rk.Message | None:
+            raise ValueError("rejected")
+
+        async def after_run(self, ctx: Any) -> None:
+            calls.append("after_run")
+
+    service = InMemorySessionService()
+    agent = Echo("echo")
+    runner = rk.Runner(agent, app_name=APP, session_service=service, plugins=[Picky()])
+    events = [ev async for ev in runner.run([rk.Message.user("x")], user_id=USER, session_id=SID)]
+    assert len(events) == 1 and isinstance(events[0].error, PluginError)
+    assert calls == ["after_run"] and agent.inputs == []
+    session = await service.get_session(APP, USER, SID)
+    assert [e.error is not None for e in session.events] == [True]
 
 
 def test_saving_blobs_needs_an_artifact_service() -> None:
