@@ -15,6 +15,7 @@ The peers are the optional ``bench`` extra: ``pip install -e '.[bench]'``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import logging
@@ -34,7 +35,22 @@ QUESTION = "weather in Paris?"
 ANSWER = "It is sunny in Paris."
 INSTALL_HINT = "not installed (pip install -e '.[bench]')"
 
-Peer = Callable[[pathlib.Path, int], Awaitable[list[float]]]
+Peer = Callable[[pathlib.Path, int], Awaitable["Clock"]]
+
+
+class Clock:
+    """Wall time and process CPU time (every thread of the process) of each turn."""
+
+    def __init__(self) -> None:
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        yield
+        self.wall.append(time.perf_counter() - wall)
+        self.cpu.append(time.process_time() - cpu)
 
 
 def _versions(*packages: str) -> dict[str, str]:
@@ -42,7 +58,7 @@ def _versions(*packages: str) -> dict[str, str]:
 
 
 # -- OpenAI Agents SDK: handoff, SQLiteSession on a file ------------------------------------
-async def agents_sdk(db: pathlib.Path, turns: int) -> list[float]:
+async def agents_sdk(db: pathlib.Path, turns: int) -> Clock:
     """``Runner.run(agent_a, text, session=SQLiteSession("s", db))`` per turn, tracing off."""
     from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
     from agents.items import ModelResponse
@@ -103,16 +119,15 @@ async def agents_sdk(db: pathlib.Path, turns: int) -> list[float]:
     agent_b = Agent(name="agent_b", model=ScriptedModel(policy_b), tools=[get_weather])
     agent_a = Agent(name="agent_a", model=ScriptedModel(policy_a), handoffs=[agent_b])
     session = SQLiteSession("s", db)
-    times = []
+    clock = Clock()
     try:
         for _ in range(turns):
-            t0 = time.perf_counter()
-            result = await Runner.run(agent_a, QUESTION, session=session)
-            times.append(time.perf_counter() - t0)
+            with clock.turn():
+                result = await Runner.run(agent_a, QUESTION, session=session)
             assert result.final_output == ANSWER and result.last_agent.name == "agent_b"
     finally:
         session.close()
-    return times
+    return clock
 
 
 # -- LangGraph: a handoff graph with a checkpointer on a file, one thread -------------------
@@ -177,21 +192,20 @@ def _langgraph_graph() -> Any:
     return g
 
 
-async def langgraph(db: pathlib.Path, turns: int) -> list[float]:
+async def langgraph(db: pathlib.Path, turns: int) -> Clock:
     """``graph.ainvoke`` per turn on one thread, ``AsyncSqliteSaver`` on a file."""
     from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-    times = []
+    clock = Clock()
     async with AsyncSqliteSaver.from_conn_string(str(db)) as saver:
         graph = _langgraph_graph().compile(checkpointer=saver)
         config = {"configurable": {"thread_id": "s"}}
         for _ in range(turns):
-            t0 = time.perf_counter()
-            out = await graph.ainvoke({"messages": [HumanMessage(QUESTION)]}, config)
-            times.append(time.perf_counter() - t0)
+            with clock.turn():
+                out = await graph.ainvoke({"messages": [HumanMessage(QUESTION)]}, config)
             assert out["messages"][-1].content == ANSWER
-    return times
+    return clock
 
 
 # -- Google ADK: sub-agent transfer, a SQLite session service -------------------------------
@@ -253,30 +267,31 @@ def _adk_agents() -> Any:
     )
 
 
-async def _adk_turns(service: Any, turns: int) -> list[float]:
+async def _adk_turns(service: Any, turns: int) -> Clock:
     from google.adk.runners import Runner
     from google.genai import types
 
     runner = Runner(app_name="bench", agent=_adk_agents(), session_service=service)
     await service.create_session(app_name="bench", user_id="u", session_id="s")
-    times = []
+    clock = Clock()
     try:
         for _ in range(turns):
             message = types.Content(role="user", parts=[types.Part(text=QUESTION)])
-            t0 = time.perf_counter()
-            events = [
-                ev
-                async for ev in runner.run_async(user_id="u", session_id="s", new_message=message)
-            ]
-            times.append(time.perf_counter() - t0)
+            with clock.turn():
+                events = [
+                    ev
+                    async for ev in runner.run_async(
+                        user_id="u", session_id="s", new_message=message
+                    )
+                ]
             final = events[-1]
             assert final.author == "agent_b" and final.content.parts[0].text == ANSWER, final
     finally:
         await runner.close()
-    return times
+    return clock
 
 
-async def adk_database(db: pathlib.Path, turns: int) -> list[float]:
+async def adk_database(db: pathlib.Path, turns: int) -> Clock:
     """``Runner.run_async`` per turn, ``DatabaseSessionService("sqlite+aiosqlite:///...")``."""
     from google.adk.sessions import DatabaseSessionService
 
@@ -287,7 +302,7 @@ async def adk_database(db: pathlib.Path, turns: int) -> list[float]:
         await service.close()
 
 
-async def adk_sqlite(db: pathlib.Path, turns: int) -> list[float]:
+async def adk_sqlite(db: pathlib.Path, turns: int) -> Clock:
     """``Runner.run_async`` per turn, ``SqliteSessionService(path)`` (aiosqlite, no ORM)."""
     from google.adk.sessions.sqlite_session_service import SqliteSessionService
 
@@ -347,14 +362,15 @@ def measure(name: str, turns: int = TURNS) -> dict[str, Any]:
             # One turn on a throwaway file first: lazy imports and first-call set-up are not
             # counted in the first turns of the conversation.
             warm = asyncio.run(run(pathlib.Path(tmp) / "warm-up.db", 1))
-            times = asyncio.run(run(db, turns))
+            clock = asyncio.run(run(db, turns))
         except ImportError as exc:
             return {"missing": f"{exc.name}: {INSTALL_HINT}"}
         size = db_bytes(db)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
-        "times": times,
-        "warm_up_s": warm[0],
+        "times": clock.wall,
+        "cpu": clock.cpu,
+        "warm_up_s": warm.wall[0],
         "db_bytes": size,
         "versions": versions,
         "peak_rss_mb": peak,

@@ -37,8 +37,10 @@ from typing import Any
 
 import relaykit as rk
 from bench import peers_sessions
+from bench.peers_sessions import Clock
 from bench.turns import check, get_weather, script_a, script_b
 from relaykit import AgentAction, Message, SessionEvent, ToolCall
+from relaykit import _db as relaykit_db
 from relaykit.codec import dumps
 from relaykit.errors import ConfigurationError
 from relaykit.events import TransferToAgentAction
@@ -184,7 +186,11 @@ OWNER = b"\x01" * 32
 
 
 async def raw_sqlite_appends(
-    path: pathlib.Path, rows: list[RawRow], bump: bool, on_start: Callable[[], Any] = list
+    path: pathlib.Path,
+    rows: list[RawRow],
+    bump: bool,
+    on_start: Callable[[], Any] = list,
+    synchronous: str = "FULL",
 ) -> float:
     """aiosqlite, WAL, busy timeout, BEGIN IMMEDIATE / INSERT (+ state upserts) / COMMIT.
 
@@ -197,6 +203,7 @@ async def raw_sqlite_appends(
     try:
         await db.execute("PRAGMA busy_timeout=5000")
         await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute(f"PRAGMA synchronous={synchronous}")
         for ddl in RAW_SQLITE_SCHEMA:
             await db.execute(ddl)
         await db.execute("INSERT INTO sessions VALUES (1, ?, 0, 0)", (OWNER,))
@@ -313,7 +320,11 @@ class Throughput:
             self.n / statistics.median(t) for t in (self.relaykit, self.raw, self.raw_bump)
         )
         ratio = raw_eps / rk_eps
-        calls = " / ".join(f"{c:.2f}" for c in self.calls) if self.calls else "–"
+        calls = (
+            " / ".join(f"{c:.2f}" if c else "n/a (not aiosqlite)" for c in self.calls)
+            if self.calls
+            else "–"
+        )
         return (
             f"| {self.backend} | {rk_eps:,.0f} | {raw_eps:,.0f} | {bump_eps:,.0f} | "
             f"{1e3 / rk_eps:.3f} | {1e3 / raw_eps:.3f} | {1e3 / bump_eps:.3f} | "
@@ -322,16 +333,41 @@ class Throughput:
         )
 
 
-async def sqlite_throughput(tmp: pathlib.Path) -> tuple[Throughput, dict[str, Any]]:
+def sqlite_synchronous_settings() -> list[str]:
+    """relaykit's ``PRAGMA synchronous`` first, then FULL if that differs and can be chosen."""
+    default = getattr(relaykit_db, "SQLITE_SYNCHRONOUS", "FULL")
+    return [default] if default == "FULL" else [default, "FULL"]
+
+
+@contextlib.contextmanager
+def relaykit_synchronous(value: str) -> Iterator[None]:
+    """relaykit's SQLite connections opened inside the block use ``PRAGMA synchronous=value``
+    (what ``RELAYKIT_SQLITE_SYNCHRONOUS`` chooses for a whole process)."""
+    if not hasattr(relaykit_db, "SQLITE_SYNCHRONOUS"):
+        yield  # a build that always leaves SQLite's default (FULL)
+        return
+    saved = relaykit_db.SQLITE_SYNCHRONOUS
+    relaykit_db.SQLITE_SYNCHRONOUS = value
+    try:
+        yield
+    finally:
+        relaykit_db.SQLITE_SYNCHRONOUS = saved
+
+
+async def sqlite_throughput(tmp: pathlib.Path, sync: str) -> tuple[Throughput, dict[str, Any]]:
+    """relaykit, raw and raw + bump with ``PRAGMA synchronous=sync`` on every connection."""
     events = conversation(APPEND_TURNS)
     rows = raw_rows(events)
-    result = Throughput("SQLite file (aiosqlite)", len(events))
+    result = Throughput(f"SQLite file, synchronous={sync}", len(events))
     sizes: dict[str, Any] = {}
+    tmp = tmp / f"appends-{sync}"
+    tmp.mkdir()
     for i in range(REPEATS):
         rk_db, raw_db, bump_db = tmp / f"rk-{i}.db", tmp / f"raw-{i}.db", tmp / f"bump-{i}.db"
-        result.relaykit.append(await relaykit_appends(sqlite_url(rk_db), events, "s"))
-        result.raw.append(await raw_sqlite_appends(raw_db, rows, bump=False))
-        result.raw_bump.append(await raw_sqlite_appends(bump_db, rows, bump=True))
+        with relaykit_synchronous(sync):
+            result.relaykit.append(await relaykit_appends(sqlite_url(rk_db), events, "s"))
+        result.raw.append(await raw_sqlite_appends(raw_db, rows, False, synchronous=sync))
+        result.raw_bump.append(await raw_sqlite_appends(bump_db, rows, True, synchronous=sync))
         sizes = {"relaykit": sqlite_bytes(rk_db), "raw": sqlite_bytes(raw_db)}
     with sqlite3.connect(tmp / f"rk-{REPEATS - 1}.db") as conn:
         sizes["data"] = conn.execute(
@@ -340,11 +376,11 @@ async def sqlite_throughput(tmp: pathlib.Path) -> tuple[Throughput, dict[str, An
     conn.close()
     # Untimed passes that count the driver's thread hand-offs per event.
     counts = []
-    with counting_driver_calls() as calls:
+    with counting_driver_calls() as calls, relaykit_synchronous(sync):
         for run in (
             lambda: relaykit_appends(sqlite_url(tmp / "c-rk.db"), events, "s", calls.clear),
-            lambda: raw_sqlite_appends(tmp / "c-raw.db", rows, False, calls.clear),
-            lambda: raw_sqlite_appends(tmp / "c-bump.db", rows, True, calls.clear),
+            lambda: raw_sqlite_appends(tmp / "c-raw.db", rows, False, calls.clear, sync),
+            lambda: raw_sqlite_appends(tmp / "c-bump.db", rows, True, calls.clear, sync),
         ):
             await run()
             counts.append(calls.total() / len(events))
@@ -476,7 +512,8 @@ async def cold_loads(tmp: pathlib.Path) -> list[str]:
 @dataclass
 class TurnRow:
     label: str
-    times: list[float] | None  # None: not measured (see note)
+    times: list[float] | None  # wall seconds per turn; None: not measured (see note)
+    cpu: list[float] | None = None  # process CPU seconds per turn
     db_bytes: int | None = None
     note: str = ""
 
@@ -486,14 +523,15 @@ class TurnRow:
 
     def cells(self, fastest: float | None) -> str:
         if self.times is None:
-            return f"| {self.label} | {self.note} | | | | | | |"
+            return f"| {self.label} | {self.note} | | | | | | | |"
         ms = [t * 1e3 for t in self.times]
         first, last = statistics.mean(ms[:20]), statistics.mean(ms[-20:])
         size = f"{self.db_bytes / 2**20:.2f}" if self.db_bytes is not None else "–"
         ratio = f"{self.mean() / fastest:.3f}" if fastest else "–"
+        cpu = f"{statistics.mean(self.cpu) * 1e3:.3f}" if self.cpu else "–"
         return (
             f"| {self.label} | {statistics.mean(ms):.3f} | {statistics.median(ms):.3f} | "
-            f"{first:.3f} | {last:.3f} | {last / first:.2f}× | {size} | {ratio} |"
+            f"{first:.3f} | {last:.3f} | {last / first:.2f}× | {cpu} | {size} | {ratio} |"
         )
 
 
@@ -516,29 +554,30 @@ def session_runner(svc: Any) -> rk.Runner:
     return rk.Runner(root, app_name=APP, session_service=svc)
 
 
-async def session_turns(svc: Any, turns: int) -> list[float]:
+async def session_turns(svc: Any, turns: int) -> Clock:
     runner = session_runner(svc)
-    times = []
+    clock = Clock()
     for _ in range(turns):
-        t0 = time.perf_counter()
-        events = [
-            ev
-            async for ev in runner.run(
-                [Message.user("weather in Paris?")], user_id=USER, session_id="s"
-            )
-        ]
-        times.append(time.perf_counter() - t0)
+        with clock.turn():
+            events = [
+                ev
+                async for ev in runner.run(
+                    [Message.user("weather in Paris?")], user_id=USER, session_id="s"
+                )
+            ]
         check(events)
-    return times
+    return clock
 
 
 async def session_mode(tmp: pathlib.Path) -> tuple[list[TurnRow], dict[str, float]]:
-    """The session-mode rows, and what a turn on SQLite asks of the driver (per turn: events
-    stored, commits, aiosqlite calls)."""
-    labels = (
-        "relaykit session mode, `InMemorySessionService`",
-        "relaykit session mode, `DatabaseSessionService` (SQLite file)",
-    )
+    """The session-mode rows (in memory; on a SQLite file with each ``synchronous`` setting),
+    and what a turn asks of SQLite: events stored, commits and aiosqlite calls per turn."""
+    memory_label = "relaykit session mode, `InMemorySessionService`"
+    settings = sqlite_synchronous_settings()
+    labels = [memory_label] + [
+        f"relaykit session mode, `DatabaseSessionService` (SQLite file, synchronous={sync})"
+        for sync in settings
+    ]
     try:
         session_runner(rk.InMemorySessionService())
     except ConfigurationError:
@@ -546,21 +585,23 @@ async def session_mode(tmp: pathlib.Path) -> tuple[list[TurnRow], dict[str, floa
             TurnRow(label, None, note="session mode not available in this build")
             for label in labels
         ], {}
-    rows = []
     await session_turns(rk.InMemorySessionService(), 1)  # warm-up
-    rows.append(TurnRow(labels[0], await session_turns(rk.InMemorySessionService(), TURNS)))
-    warm = DatabaseSessionService(sqlite_url(tmp / "warm-up.db"))
-    try:
-        await session_turns(warm, 1)
-    finally:
-        await warm.aclose()
-    path = tmp / "session-mode.db"
-    svc = DatabaseSessionService(sqlite_url(path))
-    try:
-        times = await session_turns(svc, TURNS)
-    finally:
-        await svc.aclose()
-    rows.append(TurnRow(labels[1], times, sum(sqlite_bytes(path))))
+    clock = await session_turns(rk.InMemorySessionService(), TURNS)
+    rows = [TurnRow(memory_label, clock.wall, clock.cpu)]
+    for sync, label in zip(settings, labels[1:], strict=True):
+        with relaykit_synchronous(sync):
+            warm = DatabaseSessionService(sqlite_url(tmp / f"warm-up-{sync}.db"))
+            try:
+                await session_turns(warm, 1)
+            finally:
+                await warm.aclose()
+            path = tmp / f"session-mode-{sync}.db"
+            svc = DatabaseSessionService(sqlite_url(path))
+            try:
+                clock = await session_turns(svc, TURNS)
+            finally:
+                await svc.aclose()
+        rows.append(TurnRow(label, clock.wall, clock.cpu, sum(sqlite_bytes(path))))
     # An untimed pass that counts what a turn asks of SQLite.
     path = tmp / "counted.db"
     svc = DatabaseSessionService(sqlite_url(path))
@@ -581,9 +622,13 @@ async def session_mode(tmp: pathlib.Path) -> tuple[list[TurnRow], dict[str, floa
 
 
 def session_mode_verdict(
-    rows: list[TurnRow], counts: dict[str, float], fastest: float | None, raw_commit_s: float
+    rows: list[TurnRow],
+    counts: dict[str, float],
+    fastest: float | None,
+    raw_commit_s: dict[str, float],
 ) -> list[str]:
-    """The targets of the session-mode rows, met or not, and the SQLite floor."""
+    """The targets of the session-mode rows, met or not, and the SQLite floor per setting
+    (``raw_commit_s``: the raw driver's seconds per committed event, by ``synchronous``)."""
     if not counts:
         return ["Session mode not available in this build: no relaykit rows yet."]
     lines = []
@@ -596,14 +641,23 @@ def session_mode_verdict(
             per_turn = f"{ratio:.3f} × the fastest peer ({'met' if ratio <= 0.05 else 'missed'})"
         growth = f"last/first {last / first:.2f}× ({'met' if last / first <= 1.5 else 'missed'})"
         lines.append(f"- {row.label}: {per_turn}; {growth}.")
-    floor = counts["commits"] * raw_commit_s
+    commits = counts["commits"] or counts["events"]  # 0 when relaykit does not use aiosqlite
+    driver = (
+        f" and makes {counts['calls']:.0f} aiosqlite calls (thread round trips)"
+        if counts["calls"]
+        else ""
+    )
     lines.append(
         f"- On the SQLite file a session-mode turn stores {counts['events']:.0f} events in "
-        f"{counts['commits']:.0f} transactions (each event is durable before it is delivered) "
-        f"and makes {counts['calls']:.0f} aiosqlite calls (thread round trips), counted over "
-        f"{COUNTED_TURNS} turns. At the raw driver's {raw_commit_s * 1e3:.3f} ms per "
-        f"committed event (section 1) the commits alone take {floor * 1e3:.2f} ms a turn"
-        + (f", {floor / fastest:.3f} × the fastest peer." if fastest else ".")
+        f"{commits:.0f} transactions (each event is stored before it is delivered){driver}, "
+        f"counted over {COUNTED_TURNS} turns. The raw driver's time for that many committed "
+        "events, a floor for any design that commits each event: "
+        + "; ".join(
+            f"synchronous={sync}: {commits * secs * 1e3:.2f} ms a turn"
+            + (f" ({commits * secs / fastest:.3f} × the fastest peer)" if fastest else "")
+            for sync, secs in raw_commit_s.items()
+        )
+        + "."
     )
     return lines
 
@@ -622,7 +676,7 @@ def peer_rows() -> tuple[list[TurnRow], list[str]]:
         if "missing" in report:
             rows.append(TurnRow(label, None, note=report["missing"]))
             continue
-        rows.append(TurnRow(label, report["times"], report["db_bytes"]))
+        rows.append(TurnRow(label, report["times"], report["cpu"], report["db_bytes"]))
         versions.extend(f"{k} {v}" for k, v in report["versions"].items())
     return rows, sorted(set(versions))
 
@@ -646,7 +700,9 @@ def build_note() -> str:
             ["git", "status", "--porcelain", "--", "src"], cwd=root, capture_output=True, text=True
         ).stdout.strip()
     except OSError:
-        return "Build: unknown (no git)."
+        head = dirty = ""
+    if not head:  # not a git checkout (an export of a commit, say): its name if given
+        return f"Build: relaykit at {os.environ.get('RELAYKIT_BENCH_BUILD', 'unknown')}."
     if len(head) > 90:
         head = head[:87] + "...)"
     return f"Build: relaykit at {head}" + (
@@ -668,8 +724,8 @@ def machine_note(pg_version: str | None, load: tuple[float, float]) -> str:
     pg = f", PostgreSQL {pg_version} on localhost" if pg_version else ""
     return (
         f"Machine: {cpu}, {os.cpu_count()} cores, Linux {platform.release()}; Python "
-        f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version} ({fs_type} file system, "
-        f"default `synchronous`: an fsync per commit), SQLAlchemy {_version('sqlalchemy')}, "
+        f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version} ({fs_type} file system), "
+        f"SQLAlchemy {_version('sqlalchemy')}, "
         f"aiosqlite {_version('aiosqlite')}, asyncpg {_version('asyncpg')}{pg}; load average "
         f"{load[0]:.2f} when the report started, {load[1]:.2f} when it ended. Other work may "
         "share the machine: compare orders of magnitude, not small differences."
@@ -684,7 +740,11 @@ async def main() -> None:
         events = conversation(APPEND_TURNS)
         memory_s = statistics.median([await memory_appends(events) for _ in range(REPEATS)])
         prep_s = statistics.median([prepare_seconds(events) for _ in range(REPEATS)])
-        sqlite_tp, sizes = await sqlite_throughput(tmp)
+        sqlite_tps, sizes = [], {}
+        for sync in sqlite_synchronous_settings():
+            tp, tp_sizes = await sqlite_throughput(tmp, sync)
+            sqlite_tps.append(tp)
+            sizes = sizes or tp_sizes  # the storage of relaykit's default setting
         pg_skip = await pg_reachable(pg_url)
         pg_tp, pg_version = (None, None) if pg_skip else await pg_throughput(pg_url)
         loads = await cold_loads(tmp)
@@ -719,13 +779,17 @@ async def main() -> None:
         "row relaykit keeps updated first in each transaction (`UPDATE sessions SET last_seq = "
         "last_seq + 1 ... RETURNING pk, last_seq`, which numbers the event and, on PostgreSQL, "
         "locks the session against a concurrent delete). Driver calls: the calls aiosqlite "
-        "hands to its connection thread per event (each one a thread round trip).",
+        "hands to its connection thread per event (each one a thread round trip). SQLite "
+        "rows: every connection of the row (relaykit's and raw's) uses the `PRAGMA synchronous` "
+        "the row names — relaykit's default first (in WAL mode NORMAL syncs at checkpoints, "
+        "not at every commit: a commit survives a killed process, not a power loss), then "
+        "FULL (an fsync per commit, SQLite's default, which the peers keep).",
         "",
         "| backend | relaykit events/s | raw events/s | raw + bump events/s | relaykit "
         "ms/event | raw ms/event | raw + bump ms/event | raw/relaykit (within 3×?) | "
         "(raw + bump)/relaykit | driver calls/event: relaykit / raw / raw + bump |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        sqlite_tp.row(),
+        *(tp.row() for tp in sqlite_tps),
         pg_tp.row() if pg_tp else f"| PostgreSQL | skipped: {pg_skip} | | | | | | | | |",
         "",
         f"For scale: `InMemorySessionService` appends {n_events / memory_s:,.0f} events/s "
@@ -770,12 +834,15 @@ async def main() -> None:
         "warm-up turn on a throwaway file; relaykit's rows run in this process, after one "
         "warm-up turn too. B never transfers back, so every turn starts at A and transfers "
         "(relaykit and ADK would otherwise route the next turn to B, the last to answer). "
-        f"ms per turn; first/last 20 = mean of turns 1–20 / {TURNS - 19}–{TURNS}; DB MB = "
-        "file + WAL at the end (relaykit's after a checkpoint).",
+        f"ms per turn (wall); first/last 20 = mean of turns 1–20 / {TURNS - 19}–{TURNS}; "
+        "CPU = mean process CPU time per turn, every thread included (steadier than wall time "
+        "on a shared machine, blind to fsync waits); DB MB = file + WAL at the end "
+        "(relaykit's after a checkpoint). The peers keep SQLite's default `synchronous` "
+        "(FULL: an fsync per commit); relaykit's rows name theirs.",
         "",
         "| framework and store | mean ms/turn | median | first 20 | last 20 | last/first | "
-        f"DB MB | × fastest peer ({fastest_name or 'none measured'}) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"CPU ms/turn | DB MB | mean × fastest peer ({fastest_name or 'none measured'}) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(row.cells(fastest) for row in mode_rows),
         *(row.cells(fastest) for row in peers),
         "",
@@ -783,7 +850,10 @@ async def main() -> None:
         "peer ≤ 0.05), last 20 within 1.5× of the first 20.",
         "",
         *session_mode_verdict(
-            mode_rows, mode_counts, fastest, statistics.median(sqlite_tp.raw) / sqlite_tp.n
+            mode_rows,
+            mode_counts,
+            fastest,
+            {tp.backend.rpartition("=")[2]: statistics.median(tp.raw) / tp.n for tp in sqlite_tps},
         ),
         "",
         f"Peer versions: {', '.join(peer_versions) or 'none installed'}.",
