@@ -22,7 +22,6 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import event as sa_event
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
-from sqlalchemy.util import await_only
 
 from relaykit import AgentAction, Message
 from relaykit._db import MIGRATIONS_DIR
@@ -214,18 +213,18 @@ async def test_an_append_is_one_transaction_of_prepared_statements_without_schem
     def trace_postgres(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         record(statement)
 
-    def trace_sqlite(dbapi_connection: Any, connection_record: Any) -> None:
-        # The service runs SQLite appends on aiosqlite's connection: trace SQLite itself.
-        await_only(dbapi_connection.driver_connection.set_trace_callback(record))
-
     sqlite = database_url.startswith("sqlite")
-    if sqlite:
-        sa_event.listen(engine.sync_engine, "connect", trace_sqlite)
     try:
         async with DatabaseSessionService(database_url, engine=engine) as service:
             session = await service.create_session(APP, USER, "s1")
             await service.append_event(session, said("warm-up"))
-            if not sqlite:
+            if sqlite:
+                # SQLite appends run on the service's own sqlite3 connection (one thread call
+                # per append): trace SQLite itself on it.
+                worker = service._worker
+                assert worker is not None and worker._conn is not None
+                worker._conn.set_trace_callback(record)
+            else:
                 sa_event.listen(engine.sync_engine, "before_cursor_execute", trace_postgres)
             statements.clear()
             await service.append_event(session, said("hi"))

@@ -1,7 +1,7 @@
 """One ``append_event`` of DatabaseSessionService: its statements, run inside its transaction.
 
-On PostgreSQL through SQLAlchemy (``_CoreStatements``); on SQLite, the fast path, straight on
-aiosqlite's connection with SQLAlchemy Core's statements compiled once (``_SqliteStatements``).
+On PostgreSQL through SQLAlchemy (``_CoreStatements``); on SQLite the statements are compiled
+once here (``_SqliteSql``) and run by ``_sqlite_worker`` on the service's own connection.
 """
 
 from __future__ import annotations
@@ -136,38 +136,3 @@ class _SqliteSql:
         self.set_summary = _compile(_SET_SUMMARY, dialect)
         self.insert_event = _compile(_INSERT_EVENT, dialect, list(_events.c.keys()))
         self.upsert_state = _compile(upsert, dialect, list(_state.c.keys()))
-
-
-class _SqliteStatements:
-    """The append's statements on aiosqlite's connection (see ``_append_transaction``)."""
-
-    __slots__ = ("_db", "_sql")
-
-    def __init__(self, db: Any, sql: _SqliteSql) -> None:
-        self._db, self._sql = db, sql
-
-    async def _rows(self, compiled: _Compiled, values: dict[str, Any]) -> list[Any]:
-        sql, names = compiled
-        return list(await self._db.execute_fetchall(sql, [values[name] for name in names]))
-
-    async def bump(self, session_key: bytes, now: float) -> tuple[int, int] | None:
-        rows = await self._rows(self._sql.bump, {"key": session_key, "now": now})
-        return (rows[0][0], rows[0][1]) if rows else None
-
-    async def summary_end(self, session_pk: int, event_id: str) -> int | None:
-        rows = await self._rows(self._sql.summary_end, {"pk": session_pk, "end": event_id})
-        end: int | None = rows[0][0]
-        return end
-
-    async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
-        await self._rows(
-            self._sql.set_summary, {"session": session_pk, "summary": summary_seq, "end": end_seq}
-        )
-
-    async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
-        sql, _ = self._sql.insert_event  # compiled with the table's columns, in this order
-        await self._db.execute(sql, (session_pk, seq, event_id, data))
-
-    async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
-        sql, names = self._sql.upsert_state
-        await self._db.executemany(sql, [[row[name] for name in names] for row in rows])

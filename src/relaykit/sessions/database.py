@@ -21,7 +21,6 @@ How the rules are kept:
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -60,12 +59,11 @@ try:
         _append,
         _AppendStatements,
         _CoreStatements,
-        _SqliteSql,
-        _SqliteStatements,
         _state_rows,
     )
     from relaykit.sessions._failures import _StorageFailures
     from relaykit.sessions._locks import _AdvisoryLocks, _file_lock, _lock_folder
+    from relaykit.sessions._sqlite_worker import SqliteWorker
     from relaykit.sessions._tables import (
         _ALL_EVENTS,
         _DELETE_CHECKPOINT,
@@ -148,8 +146,14 @@ class DatabaseSessionService:
             self._backend
         )
         self._schema = _db.Schema(self._engine)
+        # SQLite: appends and turn reads on a connection of the service's own (one thread
+        # call each instead of one per statement).
+        self._worker: SqliteWorker | None = None
+        if self._backend == "sqlite" and self._engine.url.database:
+            self._worker = SqliteWorker(
+                self._engine.url.database, self._engine.dialect, self._upsert_state
+            )
         self._local_locks = KeyedLocks()
-        self._sqlite_sql: _SqliteSql | None = None  # compiled on the first append
         # PostgreSQL: advisory locks, on connections kept to serve the next ones.
         self._advisory_locks = _AdvisoryLocks(self._engine)
 
@@ -319,40 +323,22 @@ class DatabaseSessionService:
         """
         appended = prepare_append(session, event)
         with _StorageFailures("append an event to", appended.ref, self._engine):
-            async with self._append_transaction() as statements:
-                await _append(statements, appended)
+            if self._worker is not None:
+                await self._ensure_schema()
+                await self._worker.append(appended)
+            else:
+                async with self._append_transaction() as statements:
+                    await _append(statements, appended)
         apply_to_session(session, appended)
         return appended.event
 
     @asynccontextmanager
     async def _append_transaction(self) -> AsyncIterator[_AppendStatements]:
-        """The statements of one append, in a write transaction committed at the end.
-
-        On SQLite the transaction runs on aiosqlite's connection itself: through SQLAlchemy's
-        adapter every statement costs three or four trips to aiosqlite's thread (open a
-        cursor, execute, fetch, close), here one. That halves the time of an append, which the
-        Runner makes for every event. The statements are still SQLAlchemy Core's, compiled
-        once (``_SqliteStatements``).
-        """
+        """The statements of one append on PostgreSQL, in a transaction committed at the end
+        (SQLite appends run on the service's own connection: ``_sqlite_worker``)."""
         await self._ensure_schema()
-        if self._backend != "sqlite":
-            async with self._engine.begin() as conn:
-                yield _CoreStatements(conn, self._upsert_state)
-            return
-        if self._sqlite_sql is None:
-            self._sqlite_sql = _SqliteSql(self._engine.dialect, self._upsert_state)
-        async with self._engine.connect() as conn:
-            db: Any = (await conn.get_raw_connection()).driver_connection
-            try:
-                # IMMEDIATE, as every relaykit write transaction (see relaykit._db).
-                await db.execute("BEGIN IMMEDIATE")
-                yield _SqliteStatements(db, self._sqlite_sql)
-            except BaseException:
-                # Should this fail too, the pool rolls the connection back when it returns.
-                with contextlib.suppress(Exception):
-                    await db.rollback()
-                raise
-            await db.commit()
+        async with self._engine.begin() as conn:
+            yield _CoreStatements(conn, self._upsert_state)
 
     async def load_history(
         self, app_name: str, user_id: str, session_id: str
@@ -391,6 +377,8 @@ class DatabaseSessionService:
             after: the mark of an earlier read of this session (``TurnView.mark``).
         """
         ref = SessionRef.of(app_name, user_id, session_id)
+        if self._worker is not None:
+            return await self._read_turn_sqlite(ref, after)
         with _StorageFailures("read", ref, self._engine):
             async with self._reading() as conn:
                 found = (await conn.execute(_READ_SESSION, {"key": ref.owner("session")})).first()
@@ -440,6 +428,42 @@ class DatabaseSessionService:
             last_id = after.last_id if delta and after is not None else None
         mark = HistoryMark(found.pk, found.last_seq, found.summary_seq, last_id)
         return TurnView(session, mark, events, delta, bytes(pause) if pause is not None else None)
+
+    async def _read_turn_sqlite(
+        self, ref: SessionRef, after: HistoryMark | None
+    ) -> TurnView | None:
+        assert self._worker is not None
+        mark = (
+            (after.incarnation, after.last_seq, after.summary_seq, after.last_id)
+            if after is not None
+            else None
+        )
+        with _StorageFailures("read", ref, self._engine):
+            await self._ensure_schema()
+            read = await self._worker.read_turn(ref.owner("session"), self._owners(ref), mark)
+        if read is None:
+            return None
+        pk, last_update_time, summary_seq, _, last_seq = read.found
+        session = Session(
+            ref.app_name,
+            ref.user_id,
+            ref.session_id,
+            merged_state(((key, value) for key, value in read.state), ref),
+            [],
+            last_update_time,
+        )
+        events = [decode_event(data, event_id, ref) for _, event_id, data in read.events]
+        if read.events:
+            last_id: str | None = max(read.events, key=lambda row: row[0])[1]
+        else:
+            last_id = after.last_id if read.delta and after is not None else None
+        return TurnView(
+            session,
+            HistoryMark(pk, last_seq, summary_seq, last_id),
+            events,
+            read.delta,
+            bytes(read.pause) if read.pause is not None else None,
+        )
 
     # -- pauses -------------------------------------------------------------------------------
     async def set_checkpoint(
@@ -508,6 +532,8 @@ class DatabaseSessionService:
     async def aclose(self) -> None:
         """Close the database connections (of an engine the service created; not a given one)."""
         await self._advisory_locks.aclose()
+        if self._worker is not None:
+            await self._worker.aclose()
         if self._owns_engine:
             await self._engine.dispose()
 

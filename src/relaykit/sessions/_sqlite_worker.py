@@ -1,0 +1,201 @@
+"""The session service's hot path on SQLite: appends and turn reads, one thread call each.
+
+Through aiosqlite every statement is a round trip to its connection thread (four or five per
+append); here the service keeps its own ``sqlite3`` connection on one worker thread and runs a
+whole append (``BEGIN IMMEDIATE`` … ``COMMIT``) or a whole turn read in one call to it. The
+statements are SQLAlchemy Core's (``_tables``), compiled once for SQLite; the connection is set
+up as relaykit's engine sets up every SQLite connection (busy timeout, WAL, ``synchronous``).
+Schema and every other operation still go through the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from relaykit import _db
+from relaykit.sessions._append import _compile, _Compiled, _SqliteSql, _state_rows
+from relaykit.sessions._records import PreparedAppend, unknown_summary_end
+from relaykit.sessions._tables import (
+    _ALL_EVENTS,
+    _EVENT_ID_AT,
+    _EVENTS_AFTER,
+    _GET_CHECKPOINT,
+    _READ_SESSION,
+    _READ_STATE,
+)
+
+__all__ = ["SqliteWorker", "TurnRows"]
+
+_T = TypeVar("_T")
+# (seq, event id, data) of one stored event
+_Row = tuple[int, str, bytes]
+
+
+class TurnRows:
+    """What ``SqliteWorker.read_turn`` read, before decoding."""
+
+    __slots__ = ("delta", "events", "found", "pause", "state")
+
+    def __init__(
+        self,
+        found: tuple[int, float, int | None, int | None, int],
+        delta: bool,
+        events: list[_Row],
+        state: list[tuple[str, bytes]],
+        pause: bytes | None,
+    ) -> None:
+        #: (pk, last_update_time, summary_seq, history_from_seq, last_seq) of the session row.
+        self.found = found
+        self.delta = delta
+        self.events = events
+        self.state = state
+        self.pause = pause
+
+
+def _params(compiled: _Compiled, values: dict[str, Any]) -> list[Any]:
+    return [values[name] for name in compiled[1]]
+
+
+class SqliteWorker:
+    """One ``sqlite3`` connection to the service's file, used from one worker thread."""
+
+    def __init__(self, path: str, dialect: sa.Dialect, upsert_state: sa.Executable) -> None:
+        self._path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relaykit-sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._append_sql = _SqliteSql(dialect, upsert_state)
+        self._read_session = _compile(_READ_SESSION, dialect)
+        self._event_id_at = _compile(_EVENT_ID_AT, dialect)
+        self._events_after = _compile(_EVENTS_AFTER, dialect)
+        self._all_events = _compile(_ALL_EVENTS, dialect)
+        self._read_state = _compile(_READ_STATE, dialect)
+        self._get_checkpoint = _compile(_GET_CHECKPOINT, dialect)
+
+    def _connection(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            conn = sqlite3.connect(
+                self._path,
+                timeout=_db.SQLITE_BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,  # relaykit begins its transactions itself
+                check_same_thread=False,  # only ever used from the worker thread
+            )
+            conn.execute(f"PRAGMA busy_timeout={_db.SQLITE_BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA synchronous={_db.SQLITE_SYNCHRONOUS}")
+            self._conn = conn
+        return conn
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
+
+    # -- append ------------------------------------------------------------------------------
+    async def append(self, appended: PreparedAppend) -> None:
+        """Store ``appended`` in one write transaction (see ``_append._append``)."""
+        rows = _state_rows(appended.ref, appended.writes) if appended.writes else []
+        await self._call(lambda conn: self._append(conn, appended, rows))
+
+    def _append(
+        self, conn: sqlite3.Connection, appended: PreparedAppend, rows: list[dict[str, Any]]
+    ) -> None:
+        sql = self._append_sql
+        ref = appended.ref
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            bumped = conn.execute(
+                sql.bump[0], _params(sql.bump, {"key": ref.owner("session"), "now": appended.now})
+            ).fetchone()
+            if bumped is None:
+                raise ref.not_found("append an event to")
+            pk, seq = bumped
+            if appended.covers is not None:
+                end = conn.execute(
+                    sql.summary_end[0],
+                    _params(sql.summary_end, {"pk": pk, "end": appended.covers[1]}),
+                ).fetchone()
+                if end is None or end[0] is None:
+                    raise unknown_summary_end(appended)
+                conn.execute(
+                    sql.set_summary[0],
+                    _params(sql.set_summary, {"session": pk, "summary": seq, "end": end[0]}),
+                )
+            conn.execute(sql.insert_event[0], (pk, seq, appended.event.id, appended.data))
+            if rows:
+                names = sql.upsert_state[1]
+                conn.executemany(sql.upsert_state[0], [[r[n] for n in names] for r in rows])
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    # -- a turn's read -------------------------------------------------------------------------
+    async def read_turn(
+        self,
+        session_key: bytes,
+        owners: dict[str, bytes],
+        after: tuple[int, int, int | None, str | None] | None,
+    ) -> TurnRows | None:
+        """The session row, its history (whole, or after ``after`` = (incarnation,
+        last_seq, summary_seq, last_id) when that mark still holds), state and pause, in one
+        read transaction."""
+        return await self._call(lambda conn: self._read_turn(conn, session_key, owners, after))
+
+    def _read_turn(
+        self,
+        conn: sqlite3.Connection,
+        session_key: bytes,
+        owners: dict[str, bytes],
+        after: tuple[int, int, int | None, str | None] | None,
+    ) -> TurnRows | None:
+        conn.execute("BEGIN")  # one snapshot for every read below
+        try:
+            q = self._read_session
+            found = conn.execute(q[0], _params(q, {"key": session_key})).fetchone()
+            if found is None:
+                return None
+            pk, _, summary_seq, history_from, last_seq = found
+            delta = (
+                after is not None
+                and after[0] == pk
+                and after[2] == summary_seq
+                and after[1] <= last_seq
+            )
+            if delta and after is not None and after[3] is not None and after[1]:
+                q = self._event_id_at
+                at = conn.execute(q[0], _params(q, {"pk": pk, "seq": after[1]})).fetchone()
+                delta = at is not None and at[0] == after[3]
+            if delta and after is not None:
+                q = self._events_after
+                events = conn.execute(q[0], _params(q, {"pk": pk, "after": after[1]})).fetchall()
+            elif summary_seq is None:
+                q = self._all_events
+                events = conn.execute(q[0], _params(q, {"pk": pk})).fetchall()
+            else:
+                q = self._events_after
+                rows = conn.execute(q[0], _params(q, {"pk": pk, "after": history_from})).fetchall()
+                events = sorted(rows, key=lambda row: row[0] != summary_seq)
+            q = self._read_state
+            state = conn.execute(q[0], _params(q, owners)).fetchall()
+            q = self._get_checkpoint
+            pause = conn.execute(q[0], _params(q, {"key": session_key})).fetchone()
+        finally:
+            conn.execute("COMMIT")
+        return TurnRows(found, delta, events, state, pause[0] if pause is not None else None)
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the thread."""
+
+        def close(_: sqlite3.Connection) -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        if self._conn is not None:
+            await self._call(close)
+        self._executor.shutdown(wait=False)
