@@ -597,3 +597,34 @@ async def test_events_appended_by_others_are_read_even_around_a_turn(service: An
     assert result.output is not None
     # The history is the stored order: "aside" was stored inside the first turn.
     assert result.output.content == "one|aside|one|between|two"
+
+
+async def test_a_turn_after_an_agent_inside_an_isolated_wrapper_starts_at_the_wrapper(
+    service: Any,
+) -> None:
+    class Worker(rk.BaseAgent):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.AgentEvent.from_message(rk.Message.assistant("half done"))
+            raise RuntimeError("worker crashed")
+
+    lead_model = rk.ScriptedModel([transfer("t2", "worker"), rk.Message.assistant("lead again")])
+    team = rk.set_sub_agents(rk.ChatModelAgent("lead", model=lead_model), [Worker("worker")])
+    boss_model = rk.ScriptedModel([transfer("t1", "lead"), rk.Message.assistant("wrapped up")])
+    root = rk.set_sub_agents(
+        rk.ChatModelAgent("boss", model=boss_model),
+        [rk.with_deterministic_transfer(team, ["boss"])],
+    )
+    runner = rk.Runner(root, app_name=APP, session_service=service)
+    first = [ev async for ev in runner.run([rk.Message.user("go")], user_id=USER, session_id=SID)]
+    assert [ev.agent_name for ev in first][-2:] == ["worker", "worker"]
+    second = await runner.invoke("and now?", user_id=USER, session_id=SID)
+    # The worker spoke last, inside the isolated team: the turn starts at the team's wrapper.
+    assert second.events[0].agent_name == "lead"
+    assert [s.agent_name for s in second.events[0].run_path][:2] == ["boss", "lead"]
+    assert second.events[0].message.content == "lead again"
+    assert lead_model.requests[-1].messages[-1].content == "and now?"
+    # ...and the wrapper hands back to the boss when the team is done.
+    assert second.output is not None and second.output.content == "wrapped up"
+    assert len(boss_model.requests) == 2
