@@ -583,9 +583,7 @@ class _Run:
             early = await self._before_run()
         except PluginError as exc:
             err = AgentEvent(root.name, (RunStep(root.name),), error=exc)
-            ok = await self._deliverable(err)
-            if ok is not None:
-                yield ok
+            yield await self._deliverable(err)
             await self.after_run()
             return
         except _StoreFailed as failed:
@@ -599,8 +597,7 @@ class _Run:
             except _StoreFailed as failed:
                 yield self.failure_event(failed)
             else:
-                if delivered is not None:
-                    yield delivered
+                yield delivered
             await self.after_run()
             return
         if cp is not None and interrupted is not None:
@@ -662,17 +659,23 @@ class _Run:
             return None
         return await self.plugins.before_run(self.context)
 
-    async def _deliverable(self, ev: AgentEvent) -> AgentEvent | None:
-        """``ev`` after ``on_event``, stored; None when a plugin rejected it (then its error
-        event is stored and returned instead)."""
-        if self.plugins.has("on_event"):
-            try:
-                ev = await self.plugins.on_event(self.context, ev)
-            except PluginError as exc:
-                err = AgentEvent(ev.agent_name, ev.run_path, error=exc)
-                await self.store(err, None)
-                return err
-        await self.store(ev, ev.output.message if ev.output is not None else None)
+    async def _on_event(self, ev: AgentEvent) -> tuple[AgentEvent, bool]:
+        """``ev`` as the ``on_event`` plugins replaced it, and False; or, when a plugin
+        rejected it (AR-05), the stored error event that replaces it, and True."""
+        if not self.plugins.has("on_event"):
+            return ev, False
+        try:
+            return await self.plugins.on_event(self.context, ev), False
+        except PluginError as exc:
+            err = AgentEvent(ev.agent_name, ev.run_path, error=exc)
+            await self.store(err, None)
+            return err, True
+
+    async def _deliverable(self, ev: AgentEvent) -> AgentEvent:
+        """``ev`` after ``on_event``, stored (or the stored error event of its rejection)."""
+        ev, rejected = await self._on_event(ev)
+        if not rejected:
+            await self.store(ev, ev.output.message if ev.output is not None else None)
         return ev
 
     async def _events(
@@ -688,15 +691,11 @@ class _Run:
             try:
                 async with closing(gen):
                     async for ev in gen:
-                        if self.plugins.has("on_event"):
-                            try:
-                                ev = await self.plugins.on_event(self.context, ev)
-                            except PluginError as exc:
-                                err = AgentEvent(ev.agent_name, ev.run_path, error=exc)
-                                await self.store(err, None)
-                                errored = True
-                                yield err
-                                continue
+                        ev, rejected = await self._on_event(ev)
+                        if rejected:
+                            errored = True
+                            yield ev
+                            continue
                         info = interrupt_of(ev)
                         if info is not None and info.contexts:
                             if interrupted:

@@ -29,6 +29,7 @@ from relaykit.sessions._tables import (
     _READ_SESSION,
     _READ_STATE,
 )
+from relaykit.sessions.base import HistoryMark
 
 __all__ = ["SqliteWorker", "TurnRows"]
 
@@ -139,11 +140,10 @@ class SqliteWorker:
         self,
         session_key: bytes,
         owners: dict[str, bytes],
-        after: tuple[int, int, int | None, str | None] | None,
+        after: HistoryMark | None,
     ) -> TurnRows | None:
-        """The session row, its history (whole, or after ``after`` = (incarnation,
-        last_seq, summary_seq, last_id) when that mark still holds), state and pause, in one
-        read transaction."""
+        """The session row, its history (whole, or after the mark ``after`` when it still
+        holds), state and pause, in one read transaction."""
         return await self._call(lambda conn: self._read_turn(conn, session_key, owners, after))
 
     def _read_turn(
@@ -151,7 +151,7 @@ class SqliteWorker:
         conn: sqlite3.Connection,
         session_key: bytes,
         owners: dict[str, bytes],
-        after: tuple[int, int, int | None, str | None] | None,
+        after: HistoryMark | None,
     ) -> TurnRows | None:
         conn.execute("BEGIN")  # one snapshot for every read below
         try:
@@ -160,19 +160,16 @@ class SqliteWorker:
             if found is None:
                 return None
             pk, _, summary_seq, history_from, last_seq = found
-            delta = (
-                after is not None
-                and after[0] == pk
-                and after[2] == summary_seq
-                and after[1] <= last_seq
-            )
-            if delta and after is not None and after[3] is not None and after[1]:
+            delta = after is not None and after.leads_to(pk, last_seq, summary_seq)
+            if delta and after is not None and after.last_id is not None and after.last_seq:
                 q = self._event_id_at
-                at = conn.execute(q[0], _params(q, {"pk": pk, "seq": after[1]})).fetchone()
-                delta = at is not None and at[0] == after[3]
+                at = conn.execute(q[0], _params(q, {"pk": pk, "seq": after.last_seq})).fetchone()
+                delta = at is not None and at[0] == after.last_id
             if delta and after is not None:
                 q = self._events_after
-                events = conn.execute(q[0], _params(q, {"pk": pk, "after": after[1]})).fetchall()
+                events = conn.execute(
+                    q[0], _params(q, {"pk": pk, "after": after.last_seq})
+                ).fetchall()
             elif summary_seq is None:
                 q = self._all_events
                 events = conn.execute(q[0], _params(q, {"pk": pk})).fetchall()

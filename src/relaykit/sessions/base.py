@@ -136,6 +136,21 @@ class HistoryMark:
     #: The id of the event at ``last_seq`` (checked by the next read), or None.
     last_id: str | None = None
 
+    def leads_to(self, incarnation: int, last_seq: int, summary_seq: int | None) -> bool:
+        """Whether a session now at (``incarnation``, ``last_seq``, ``summary_seq``) may be
+        read on from this mark: the same session, no new summary, no fewer events (the event
+        at ``last_seq`` still has to be ``last_id``: the service checks that).
+
+        >>> mark = HistoryMark(1, 7, None)
+        >>> mark.leads_to(1, 9, None), mark.leads_to(2, 9, None), mark.leads_to(1, 6, None)
+        (True, False, False)
+        """
+        return (
+            self.incarnation == incarnation
+            and self.summary_seq == summary_seq
+            and self.last_seq <= last_seq
+        )
+
 
 @dataclass(slots=True)
 class TurnView:

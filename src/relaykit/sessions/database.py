@@ -384,11 +384,8 @@ class DatabaseSessionService:
                 found = (await conn.execute(_READ_SESSION, {"key": ref.owner("session")})).first()
                 if found is None:
                     return None
-                delta = (
-                    after is not None
-                    and after.incarnation == found.pk
-                    and after.summary_seq == found.summary_seq
-                    and after.last_seq <= found.last_seq
+                delta = after is not None and after.leads_to(
+                    found.pk, found.last_seq, found.summary_seq
                 )
                 if delta and after is not None and after.last_id is not None and after.last_seq:
                     at = (
@@ -433,14 +430,9 @@ class DatabaseSessionService:
         self, ref: SessionRef, after: HistoryMark | None
     ) -> TurnView | None:
         assert self._worker is not None
-        mark = (
-            (after.incarnation, after.last_seq, after.summary_seq, after.last_id)
-            if after is not None
-            else None
-        )
         with _StorageFailures("read", ref, self._engine):
             await self._ensure_schema()
-            read = await self._worker.read_turn(ref.owner("session"), self._owners(ref), mark)
+            read = await self._worker.read_turn(ref.owner("session"), self._owners(ref), after)
         if read is None:
             return None
         pk, last_update_time, summary_seq, _, last_seq = read.found

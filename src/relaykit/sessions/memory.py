@@ -223,9 +223,7 @@ class InMemorySessionService:
         mark = HistoryMark(stored.incarnation, len(stored.events), summary_seq, last_id)
         delta = (
             after is not None
-            and after.incarnation == mark.incarnation
-            and after.summary_seq == mark.summary_seq
-            and after.last_seq <= mark.last_seq
+            and after.leads_to(mark.incarnation, mark.last_seq, mark.summary_seq)
             and (
                 after.last_id is None
                 or after.last_seq == 0
