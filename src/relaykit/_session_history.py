@@ -20,6 +20,7 @@ from relaykit.sessions.base import SessionEvent, compaction_range
 
 __all__ = [
     "ABANDONED_TEXT",
+    "STOPPED_TEXT",
     "Route",
     "abandoned_marker",
     "is_abandon",
@@ -32,6 +33,9 @@ __all__ = [
 
 #: The tool result that answers a call left pending by an abandoned pause (D12).
 ABANDONED_TEXT = "error: abandoned — the user sent a new message"
+#: The tool result that answers a call of a turn that was stopped, cancelled or killed before
+#: the call returned (stored when the next turn starts).
+STOPPED_TEXT = "error: not completed — the turn ended before this call returned"
 
 
 def abandoned_marker() -> AgentAction:
@@ -102,9 +106,12 @@ def stored_action(action: AgentAction | None) -> AgentAction | None:
     )
 
 
-def pending_tool_calls(events: Sequence[SessionEvent], invocation_id: str) -> list[SessionEvent]:
+def pending_tool_calls(
+    events: Sequence[SessionEvent], invocation_id: str, text: str = ABANDONED_TEXT
+) -> list[SessionEvent]:
     """The calls the invocation's stored events made and no stored event answered, each as a
-    stored tool message answering it (authored by the calling agent, marked abandoned)."""
+    stored tool message ``text`` answering it (authored by the calling agent, marked
+    abandoned)."""
     answered: set[str] = set()
     calls: list[tuple[SessionEvent, str, str]] = []
     for event in events:
@@ -119,7 +126,7 @@ def pending_tool_calls(events: Sequence[SessionEvent], invocation_id: str) -> li
         SessionEvent(
             invocation_id=invocation_id,
             author=event.author,
-            message=Message.tool(ABANDONED_TEXT, tool_call_id=call_id, tool_name=name),
+            message=Message.tool(text, tool_call_id=call_id, tool_name=name),
             run_path=event.run_path,
             action=abandoned_marker(),
         )
@@ -131,12 +138,19 @@ def pending_tool_calls(events: Sequence[SessionEvent], invocation_id: str) -> li
 def last_speaker(events: Sequence[SessionEvent], agents: Iterable[str]) -> str | None:
     """Who the next turn starts at (D25): the author of the last stored event with a message
     whose author is an agent of the tree (errors, state-only events, interrupts, abandon
-    answers and summaries ignored); if that event is a transfer, its target."""
+    answers and summaries ignored); if that event is a transfer, its target. A compaction
+    summary's run path ends with who spoke last in the events it covers: read when no agent
+    spoke after it."""
     names = set(agents)
     for event in reversed(events):
+        if compaction_range(event) is not None:
+            path = event.run_path
+            if path and path[-1] in names:
+                return path[-1]
+            continue
         if event.message is None or event.author not in names:
             continue
-        if is_abandon(event) or compaction_range(event) is not None:
+        if is_abandon(event):
             continue
         action = event.action
         if action is not None and action.interrupted is not None:

@@ -29,6 +29,7 @@ from typing import Any
 from relaykit._aio import closing
 from relaykit._invocation import Invocation
 from relaykit._session_history import (
+    STOPPED_TEXT,
     Route,
     last_speaker,
     pending_tool_calls,
@@ -245,7 +246,7 @@ class SessionRunner:
         async with self.service.lock(
             ref.app_name, ref.user_id, ref.session_id, timeout=self.lock_timeout
         ):
-            view, cached = await self._read(ref)
+            view, cached = await self._read(ref, create=not turn.resume)
             runs: list[_Run] = []
             try:
                 async with closing(self._invocation(turn, view, cached, runs)) as events:
@@ -278,7 +279,7 @@ class SessionRunner:
                 run.stored[-1].id,
             )
 
-    async def _read(self, ref: SessionRef) -> tuple[TurnView, _Cached]:
+    async def _read(self, ref: SessionRef, *, create: bool = True) -> tuple[TurnView, _Cached]:
         """The session (created if allowed) and its history, from this Runner's cache plus
         what was stored since."""
         service = self.service
@@ -295,6 +296,8 @@ class SessionRunner:
         else:
             view = await _read_plainly(service, ref)
         if view is None:
+            if not create:  # a resume creates nothing
+                raise CheckpointNotFoundError(f"{ref} has no paused invocation to resume")
             if not self.auto_create_session:
                 raise ref.not_found("run a turn of")
             # Created meanwhile by someone else (outside the turn lock): read it then.
@@ -363,10 +366,42 @@ class SessionRunner:
         run.cached = cached
         runs.append(run)
         try:
+            async with closing(
+                self._turn_events(run, turn, pause, resuming, responses, texts, cached)
+            ) as events:
+                async for ev in events:
+                    yield ev
+            if run.ended:
+                return
+            async with closing(
+                run.drive(cp, interrupted, targets, run.stored_texts, cached)
+            ) as events:
+                async for ev in events:
+                    yield ev
+        finally:
+            # after_run runs however the turn ends: completed, rejected, stopped early by the
+            # caller (aclose), cancelled (shielded, at most AFTER_RUN_GRACE seconds).
+            await run.after_run()
+
+    async def _turn_events(
+        self,
+        run: _Run,
+        turn: _Turn,
+        pause: SessionPause | None,
+        resuming: bool,
+        responses: list[Message],
+        texts: list[Message],
+        cached: _Cached,
+    ) -> AsyncIterator[AgentEvent]:
+        """Store the user's messages (after abandoning or repairing what an earlier turn left
+        open); an error event, and ``run.ended``, when the turn cannot go on."""
+        invocation_id = run.context.invocation_id
+        try:
             if pause is not None and not resuming:
                 await run.abandon(pause, cached)
+            elif pause is None:
+                await run.repair(cached)
             already = _stored_responses(cached.events, invocation_id) if resuming else set()
-            stored_texts: list[Message] = []
             first = True
             for message in [*responses, *texts]:
                 if message.role == "tool" and message.tool_call_id in already:
@@ -375,26 +410,21 @@ class SessionRunner:
                 await run.store_user(message, turn.delta if first else {})
                 first = False
                 if message.role != "tool":
-                    stored_texts.append(message)
+                    run.stored_texts.append(message)
             if first and turn.delta:
                 await run.store_user(None, turn.delta)
         except _StoreFailed as failed:
+            run.ended = True
             yield run.failure_event(failed)
-            await run.after_run()
-            return
         except Exception as exc:
             # on_user_message raised (a PluginError) or an attachment could not be saved: the
             # turn ends with an error event (stored, when it can be) before any agent runs.
+            run.ended = True
             root = self.root
             err = AgentEvent(root.name, (RunStep(root.name),), error=exc)
             with contextlib.suppress(_StoreFailed):
                 await run.store(err, None)
             yield err
-            await run.after_run()
-            return
-        async with closing(run.drive(cp, interrupted, targets, stored_texts, cached)) as events:
-            async for ev in events:
-                yield ev
 
 
 class _Run:
@@ -410,10 +440,14 @@ class _Run:
         self.context = invocation.context
         self.service = owner.service
         self.plugins = owner.plugins
-        self.writes: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str, Any]] = []
         self.values: dict[str, Any] = dict(session.state)
         self.values.update(turn.delta)
         self.after_run_done = False
+        # The turn ended before its agents ran (its input could not be stored).
+        self.ended = False
+        # The user's text messages as stored (the root input, or history of a continuation).
+        self.stored_texts: list[Message] = []
         # The answers to an abandoned pause's calls, stored by this turn.
         self.answered: list[RecordedEvent] = []
         # Every event this turn stored, in order.
@@ -490,19 +524,35 @@ class _Run:
             )
         )
 
+    async def repair(self, cached: _Cached) -> None:
+        """Answer the calls the latest invocation left without a result when it was stopped
+        early, cancelled or killed (no pause waits for them): a history never holds a call
+        without its result (providers reject it). Stored, not delivered."""
+        events = cached.events
+        if not events:
+            return
+        latest = events[-1].invocation_id
+        start = len(events)
+        while start > 0 and events[start - 1].invocation_id == latest:
+            start -= 1
+        await self._answer(pending_tool_calls(events[start:], latest, STOPPED_TEXT))
+
     async def abandon(self, pause: SessionPause, cached: _Cached) -> None:
         """A new text turn while paused: answer the pending calls, drop the pause (D12)."""
         ref = self.turn.ref
-        for answer in pending_tool_calls(cached.events, pause.invocation_id):
+        await self._answer(pending_tool_calls(cached.events, pause.invocation_id))
+        try:
+            await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+
+    async def _answer(self, answers: list[SessionEvent]) -> None:
+        for answer in answers:
             answer.timestamp = time.time()
             stored = await self.append(answer)
             rec = record_of(stored)
             if rec is not None:
                 self.answered.append(rec)  # history of this turn (the cache reads them later)
-        try:
-            await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
-        except Exception as exc:
-            raise _StoreFailed(exc) from exc
 
     def session_event(self, ev: AgentEvent, message: Message | None) -> list[SessionEvent]:
         """``ev`` as stored, preceded by state-only events for other agents' pending writes."""
@@ -512,12 +562,18 @@ class _Run:
         if delta:
             self.values.update(delta)  # an event's own delta is state the next agents see
         if writes:
-            mine = writes.pop(ev.agent_name, None)
-            for agent, pending in writes.items():
-                out.append(self._state_only(agent, pending))
+            # The writes the event's agent made last go on its event; the ones before them
+            # are stored first, in the order they were made, as state-only events of their
+            # agents -- so replaying the stored deltas gives the values the agents saw.
+            cut = len(writes)
+            while cut and writes[cut - 1][0] == ev.agent_name:
+                cut -= 1
+            out.extend(self._state_only(agent, group) for agent, group in _runs(writes[:cut]))
+            mine = {key: value for _, key, value in writes[cut:]}
             writes.clear()
             if mine:
-                delta.update(mine)
+                mine.update(delta)  # the event's own delta came after the agent's writes
+                delta = mine
         error = ev.error
         out.append(
             SessionEvent(
@@ -546,9 +602,10 @@ class _Run:
             await self.append(event)
 
     async def flush_writes(self) -> None:
-        for agent, pending in list(self.writes.items()):
-            await self.append(self._state_only(agent, pending))
+        pending = list(self.writes)
         self.writes.clear()
+        for agent, group in _runs(pending):
+            await self.append(self._state_only(agent, group))
 
     # -- running ----------------------------------------------------------------------------
     def context_for(self, cached: _Cached, paused: str | None) -> RunHistory:
@@ -849,6 +906,10 @@ class _Run:
                 author=self.owner.root.name,
             )
             summary.timestamp = time.time()
+            # Who spoke last in what the summary covers: routing reads it there (D18).
+            speaker = last_speaker(events[:stop], self.owner.routes)
+            if speaker is not None:
+                summary.run_path = (speaker,)
             self.compacted = True
             await self.service.append_event(self.session, summary)
         except Exception as exc:
@@ -862,6 +923,16 @@ class _Run:
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _runs(writes: Sequence[tuple[str, str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """``writes`` grouped into runs of one agent, in order: (agent, its values)."""
+    runs: list[tuple[str, dict[str, Any]]] = []
+    for agent, key, value in writes:
+        if not runs or runs[-1][0] != agent:
+            runs.append((agent, {}))
+        runs[-1][1][key] = value
+    return runs
+
+
 async def _read_plainly(service: SessionService, ref: SessionRef) -> TurnView | None:
     """``read_turn`` for a service without it: the whole session, every turn."""
     session = await service.get_session(ref.app_name, ref.user_id, ref.session_id)

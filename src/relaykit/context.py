@@ -164,10 +164,10 @@ class RunOptions:
     transfers: int = 0
     #: The agents of the latest transfers, oldest first (named by the limit's error).
     trail: list[str] = field(default_factory=list)
-    #: Session mode: the session values each agent wrote since its last stored event, by
-    #: agent name (the Runner attaches them to that agent's next event as ``state_delta``);
-    #: None outside session mode (writes are not tracked).
-    writes: dict[str, dict[str, Any]] | None = None
+    #: Session mode: the session values written since the last stored event, in order, as
+    #: (agent, key, value); the Runner stores them as ``state_delta`` of the writing agent's
+    #: next event (docs/durable-runner.md). None outside session mode (writes not tracked).
+    writes: list[tuple[str, str, Any]] | None = None
     #: The plugins and services of the invocation (``relaykit.Invocation``), when the Runner
     #: has any; agents, model calls and tools reach them here.
     invocation: Invocation | None = None
@@ -365,12 +365,7 @@ class RunContext:
         writes = self.options.writes
         if writes is not None:
             path = self.run_path
-            agent = path[-1].agent_name if path else ""
-            mine = writes.get(agent)
-            if mine is None:
-                writes[agent] = {key: value}
-            else:
-                mine[key] = value
+            writes.append((path[-1].agent_name if path else "", key, value))
 
     def set_session_values(self, values: Mapping[str, Any]) -> None:
         """Set several values at once.

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import relaykit as rk
+from relaykit.compaction import CompactionConfig
 from relaykit.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
@@ -628,3 +629,132 @@ async def test_a_turn_after_an_agent_inside_an_isolated_wrapper_starts_at_the_wr
     # ...and the wrapper hands back to the boss when the team is done.
     assert second.output is not None and second.output.content == "wrapped up"
     assert len(boss_model.requests) == 2
+
+
+# -- found by review: after_run, state order, stopped turns, routing after compaction -------
+async def test_after_run_runs_when_the_caller_stops_on_an_early_answer(service: Any) -> None:
+    calls: list[str] = []
+
+    class Early(rk.Plugin):
+        async def before_run(self, ctx: Any) -> rk.Message | None:
+            return rk.Message.assistant("closed")
+
+        async def after_run(self, ctx: Any) -> None:
+            calls.append("after_run")
+
+    runner = rk.Runner(Writer("writer"), app_name=APP, session_service=service, plugins=[Early()])
+    stream = runner.run([rk.Message.user("hi")], user_id=USER, session_id=SID)
+    async for _ in stream:
+        break
+    await stream.aclose()  # type: ignore[attr-defined]
+    assert calls == ["after_run"]
+
+
+async def test_after_run_runs_when_the_turn_is_cancelled_before_the_agents(
+    service: Any,
+) -> None:
+    calls: list[str] = []
+    entered = asyncio.Event()
+
+    class Slow(rk.Plugin):
+        async def on_user_message(self, ctx: Any, message: rk.Message) -> rk.Message | None:
+            entered.set()
+            await asyncio.sleep(10)
+            return None
+
+        async def after_run(self, ctx: Any) -> None:
+            calls.append("after_run")
+
+    runner = rk.Runner(Writer("writer"), app_name=APP, session_service=service, plugins=[Slow()])
+    task = asyncio.create_task(runner.invoke("hi", user_id=USER, session_id=SID))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert calls == ["after_run"]
+
+
+async def test_parallel_writes_are_stored_in_the_order_they_were_made(service: Any) -> None:
+    a_wrote, b_wrote = asyncio.Event(), asyncio.Event()
+
+    class A(rk.BaseAgent):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            ctx.set_session_value("k", "A")
+            a_wrote.set()
+            await b_wrote.wait()
+            yield rk.AgentEvent.from_message(
+                rk.Message.assistant(f"A sees {ctx.get_session_value('k')}")
+            )
+
+    class B(rk.BaseAgent):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            await a_wrote.wait()
+            ctx.set_session_value("k", "B")
+            b_wrote.set()
+            await asyncio.sleep(0.05)
+            yield rk.AgentEvent.from_message(
+                rk.Message.assistant(f"B sees {ctx.get_session_value('k')}")
+            )
+
+    runner = rk.Runner(
+        rk.ParallelAgent("both", [A("a"), B("b")]), app_name=APP, session_service=service
+    )
+    result = await runner.invoke("go", user_id=USER, session_id=SID)
+    assert sorted(ev.message.content for ev in result.events if ev.message) == [
+        "A sees B",
+        "B sees B",
+    ]
+    replayed: dict[str, Any] = {}
+    for event in await stored(service):
+        replayed.update(event.state_delta)
+    assert replayed["k"] == "B"
+    assert (await service.get_session(APP, USER, SID)).state["k"] == "B"
+
+
+async def test_a_call_left_open_by_a_stopped_turn_is_answered_before_the_next_turn(
+    service: Any,
+) -> None:
+    root, models = desk(
+        [transfer("t1", "orders")],
+        [call("c1", "lookup", '{"order": "7"}'), rk.Message.assistant("Later.")],
+    )
+    runner = rk.Runner(root, app_name=APP, session_service=service)
+    stream = runner.run([rk.Message.user("where is 7?")], user_id=USER, session_id=SID)
+    async for ev in stream:
+        if ev.message is not None and ev.message.tool_calls and ev.agent_name == "orders":
+            break  # the call is stored, its result never will be
+    await stream.aclose()  # type: ignore[attr-defined]
+    await runner.invoke("hello?", user_id=USER, session_id=SID)
+    request = models["orders"].requests[-1].messages
+    roles = [m.role for m in request]
+    at = roles.index("tool", roles.index("assistant"))
+    assert request[at].tool_call_id == "c1"
+    assert request[at].content.startswith("error: not completed")
+    assert request[-1].content == "hello?"
+
+
+async def test_the_next_turn_after_a_compaction_starts_at_the_last_speaker(service: Any) -> None:
+    root, _ = desk(
+        [transfer("t1", "orders")],
+        [rk.Message.assistant("Shipped."), rk.Message.assistant("Anything else?")],
+    )
+
+    async def summary(events: list[SessionEvent]) -> str:
+        return "asked about 7"
+
+    config = CompactionConfig(compaction_interval=1, overlap_size=0, summarizer=summary)
+    runner = rk.Runner(root, app_name=APP, session_service=service, compaction=config)
+    await runner.invoke("where is 7?", user_id=USER, session_id=SID)
+    second = await runner.invoke("thanks", user_id=USER, session_id=SID)
+    assert [ev.agent_name for ev in second.events] == ["orders"]
+
+
+async def test_resume_of_a_session_that_does_not_exist_creates_nothing(service: Any) -> None:
+    runner = rk.Runner(Approval("approver"), app_name=APP, session_service=service)
+    with pytest.raises(CheckpointNotFoundError):
+        await runner.invoke_resume(user_id=USER, session_id="ghost")
+    assert await service.get_session(APP, USER, "ghost") is None

@@ -44,7 +44,7 @@ async def run(
     agent: rk.Agent, text: str, inv: Invocation | None, *, writes: bool = False
 ) -> tuple[list[rk.AgentEvent], rk.RunContext]:
     root = rk.as_flow_agent(agent)
-    ctx = rk.RunContext(options=RunOptions(writes={} if writes else None))
+    ctx = rk.RunContext(options=RunOptions(writes=[] if writes else None))
     ctx.options.invocation = inv
     events = [ev async for ev in root.run(ctx, rk.AgentInput([rk.Message.user(text)]))]
     return events, ctx
@@ -87,7 +87,7 @@ async def test_state_reads_and_writes_session_values_as_state_deltas() -> None:
     assert tool_texts(events) == ["moved from nowhere"]
     assert dict(ctx.session_values) == {"city": "Lyon", "visits": 1}
     # Tracked as the agent's writes: the Runner stores them as its next event's state_delta.
-    assert ctx.options.writes == {"concierge": {"city": "Lyon", "visits": 1}}
+    assert ctx.options.writes == [("concierge", "city", "Lyon"), ("concierge", "visits", 1)]
 
 
 def test_state_is_a_mapping_view_that_refuses_deletion() -> None:
