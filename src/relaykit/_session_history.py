@@ -23,12 +23,15 @@ __all__ = [
     "STOPPED_TEXT",
     "Route",
     "abandoned_marker",
+    "earlier_attempt",
     "is_abandon",
     "last_speaker",
     "pending_tool_calls",
     "records_of",
     "routes_of",
     "stored_action",
+    "superseded_ids",
+    "superseding",
 ]
 
 #: The tool result that answers a call left pending by an abandoned pause (D12).
@@ -47,6 +50,44 @@ def is_abandon(event: SessionEvent) -> bool:
     """True for the stored answer to a call an abandoned pause left pending."""
     action = event.action
     return action is not None and action.custom == {"abandoned": True}
+
+
+def superseding(ids: Sequence[str]) -> AgentAction:
+    """The action of a stored marker that leaves the events ``ids`` out of histories."""
+    return AgentAction(custom={"superseded": list(ids)})
+
+
+def superseded_ids(event: SessionEvent) -> set[str] | None:
+    """The event ids a marker made by ``superseding`` leaves out, else None."""
+    action = event.action
+    custom = action.custom if action is not None else None
+    if not isinstance(custom, dict) or custom.keys() != {"superseded"}:
+        return None
+    ids = custom["superseded"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        return None
+    return set(ids)
+
+
+def earlier_attempt(events: Sequence[SessionEvent], invocation_id: str) -> list[str]:
+    """The ids of the agents' events the paused invocation stored after its last interrupt
+    event: an earlier attempt to continue it that did not finish."""
+    last = None
+    for i in range(len(events) - 1, -1, -1):
+        event = events[i]
+        action = event.action
+        if event.invocation_id == invocation_id and action is not None and action.interrupted:
+            last = i
+            break
+    if last is None:
+        return []
+    return [
+        event.id
+        for event in events[last + 1 :]
+        if event.invocation_id == invocation_id
+        and event.author != USER_AUTHOR
+        and event.message is not None  # (state-only events stay: their state was applied)
+    ]
 
 
 def record_of(event: SessionEvent) -> RecordedEvent | None:

@@ -31,11 +31,14 @@ from relaykit._invocation import Invocation
 from relaykit._session_history import (
     STOPPED_TEXT,
     Route,
+    earlier_attempt,
     last_speaker,
     pending_tool_calls,
     record_of,
     routes_of,
     stored_action,
+    superseded_ids,
+    superseding,
     user_record,
 )
 from relaykit.agent import AgentInput
@@ -121,12 +124,24 @@ class _Cached:
 
     def extend(self, events: Sequence[SessionEvent]) -> None:
         for event in events:
+            dropped = superseded_ids(event)
+            if dropped:
+                self._drop(dropped)
+                continue
             self.events.append(event)
             rec = record_of(event)
             if rec is not None:
                 self.prior.records.append(rec)
                 self.invocations.append(event.invocation_id)
                 self.ids.append(event.id)
+
+    def _drop(self, ids: set[str]) -> None:
+        """Leave out the events an attempt that was retried stored (rare: rebuilt whole)."""
+        self.events = [e for e in self.events if e.id not in ids]
+        kept = [i for i, event_id in enumerate(self.ids) if event_id not in ids]
+        self.prior = PriorTurns([self.prior.records[i] for i in kept])
+        self.invocations = [self.invocations[i] for i in kept]
+        self.ids = [self.ids[i] for i in kept]
 
 
 @dataclass(slots=True)
@@ -401,6 +416,8 @@ class SessionRunner:
                 await run.abandon(pause, cached)
             elif pause is None:
                 await run.repair(cached)
+            else:
+                await run.supersede(cached)
             already = _stored_responses(cached.events, invocation_id) if resuming else set()
             first = True
             for message in [*responses, *texts]:
@@ -536,6 +553,21 @@ class _Run:
         while start > 0 and events[start - 1].invocation_id == latest:
             start -= 1
         await self._answer(pending_tool_calls(events[start:], latest, STOPPED_TEXT))
+
+    async def supersede(self, cached: _Cached) -> None:
+        """A continuation retried (the earlier attempt stopped, failed to store, or died):
+        what that attempt stored after the pause is left out of every later history, so the
+        retry's events do not repeat or cross it (the resumed step runs at least once)."""
+        ids = earlier_attempt(cached.events, self.context.invocation_id)
+        if ids:
+            await self.append(
+                SessionEvent(
+                    invocation_id=self.context.invocation_id,
+                    author=self.owner.root.name,
+                    timestamp=time.time(),
+                    action=superseding(ids),
+                )
+            )
 
     async def abandon(self, pause: SessionPause, cached: _Cached) -> None:
         """A new text turn while paused: answer the pending calls, drop the pause (D12)."""

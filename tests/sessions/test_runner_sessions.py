@@ -758,3 +758,51 @@ async def test_resume_of_a_session_that_does_not_exist_creates_nothing(service: 
     with pytest.raises(CheckpointNotFoundError):
         await runner.invoke_resume(user_id=USER, session_id="ghost")
     assert await service.get_session(APP, USER, "ghost") is None
+
+
+async def test_a_retried_continuation_leaves_the_failed_attempt_out_of_later_histories() -> None:
+    class Flaky(InMemorySessionService):
+        fail_at: int | None = None
+
+        async def append_event(self, session: Any, event: SessionEvent) -> SessionEvent:
+            if self.fail_at == 0:
+                self.fail_at = None
+                raise RuntimeError("disk full")
+            if self.fail_at is not None:
+                self.fail_at -= 1
+            return await super().append_event(session, event)
+
+    service = Flaky()
+    root, models = desk(
+        [transfer("t1", "refunds")],
+        [],
+        [
+            call("r1", "refund", '{"amount": 30}'),
+            rk.Message.assistant("Approved (first attempt)."),
+            rk.Message.assistant("Approved."),
+            rk.Message.assistant("How else can I help?"),
+            rk.Message.assistant("Still here."),
+        ],
+    )
+    runner = rk.Runner(root, app_name=APP, session_service=service)
+    await runner.invoke("refund 30 EUR", user_id=USER, session_id=SID)
+    service.fail_at = 2  # the response and the resumed tool event are stored, then a failure
+    failed = await runner.invoke(
+        [rk.Message.tool("approved", tool_call_id="r1")], user_id=USER, session_id=SID
+    )
+    assert isinstance(failed.events[-1].error, rk.errors.RunnerError)
+    assert await service.get_checkpoint(APP, USER, SID) is not None  # the pause stays
+    retry = await runner.invoke(
+        [rk.Message.tool("approved", tool_call_id="r1")], user_id=USER, session_id=SID
+    )
+    assert retry.output is not None and retry.output.content == "Approved."
+    assert await service.get_checkpoint(APP, USER, SID) is None
+    texts_before = texts(await stored(service))
+    assert texts_before.count(("refunds", "approved")) == 2  # stored twice: at least once
+    # The same Runner (its cache) and a new one (reading storage) build the same history.
+    for fresh in (runner, rk.Runner(root, app_name=APP, session_service=service)):
+        await fresh.invoke("thanks", user_id=USER, session_id=SID)
+        request = models["refunds"].requests[-1].messages
+        results = [m.tool_call_id for m in request if m.role == "tool" and m.tool_call_id]
+        assert results.count("r1") == 1  # the failed attempt's copy is left out
+        assert "Approved (first attempt)." not in [m.content for m in request]
