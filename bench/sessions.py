@@ -321,7 +321,9 @@ class Throughput:
         )
         ratio = raw_eps / rk_eps
         calls = (
-            " / ".join(f"{c:.2f}" if c else "n/a (not aiosqlite)" for c in self.calls)
+            " / ".join(
+                f"{c:.2f}" if c >= 0.5 else "n/a (not through aiosqlite)" for c in self.calls
+            )
             if self.calls
             else "–"
         )
@@ -641,10 +643,12 @@ def session_mode_verdict(
             per_turn = f"{ratio:.3f} × the fastest peer ({'met' if ratio <= 0.05 else 'missed'})"
         growth = f"last/first {last / first:.2f}× ({'met' if last / first <= 1.5 else 'missed'})"
         lines.append(f"- {row.label}: {per_turn}; {growth}.")
-    commits = counts["commits"] or counts["events"]  # 0 when relaykit does not use aiosqlite
+    # Counted through aiosqlite: next to nothing when relaykit has a connection of its own.
+    through_aiosqlite = counts["calls"] >= 1
+    commits = counts["commits"] if through_aiosqlite else counts["events"]
     driver = (
         f" and makes {counts['calls']:.0f} aiosqlite calls (thread round trips)"
-        if counts["calls"]
+        if through_aiosqlite
         else ""
     )
     lines.append(
