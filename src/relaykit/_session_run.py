@@ -61,6 +61,7 @@ from relaykit.errors import (
     RunnerError,
     SerializationError,
     SessionExistsError,
+    SessionStoreError,
     WillRetryError,
 )
 from relaykit.events import AgentEvent, AgentOutput, RunStep
@@ -224,19 +225,17 @@ class SessionRunner:
                 "run() needs at least one message; to continue a paused invocation without "
                 "one, call resume(user_id=..., session_id=...)"
             )
+        answered: set[str] = set()
         for msg in msgs:
             if not isinstance(msg, Message):
                 raise ConfigurationError(f"run() takes Message objects, not {type(msg).__name__}")
-            if msg.tool_calls:
-                raise ConfigurationError(
-                    "a user message cannot carry tool calls (only tool responses, "
-                    "Message.tool(result, tool_call_id=...), answering a paused call)"
-                )
-            if msg.role == "tool" and not msg.tool_call_id:
-                raise ConfigurationError(
-                    "a tool response needs the id of the call it answers: "
-                    "Message.tool(result, tool_call_id=...)"
-                )
+            _check_user_message(msg)
+            if msg.tool_call_id:
+                if msg.tool_call_id in answered:
+                    raise ConfigurationError(
+                        f"two tool responses answer call {msg.tool_call_id!r}; send one"
+                    )
+                answered.add(msg.tool_call_id)
         delta: dict[str, Any] = {}
         for what, given in (("state_delta", state_delta), ("session_values", session_values)):
             if given is None:
@@ -249,9 +248,17 @@ class SessionRunner:
                 "resume(targets=...) takes a mapping of interrupt id to resume data, not "
                 f"{type(targets).__name__}"
             )
-        ref = SessionRef.of(self.app_name, user_id, session_id)
+        try:
+            ref = SessionRef.of(self.app_name, user_id, session_id)
+        except SessionStoreError as exc:
+            raise ConfigurationError(str(exc)) from None
         if delta:
             prepare_state(delta, ref)  # a key or value that cannot be stored fails here
+            temp = {
+                k: v for k, v in delta.items() if isinstance(k, str) and k.startswith(TEMP_PREFIX)
+            }
+            if temp:
+                dumps(temp, kind="relaykit/temp-state")  # kept in a pause: must be savable
         turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip)
         return self._locked(turn)
 
@@ -500,6 +507,13 @@ class _Run:
         if self.plugins.has("on_user_message"):
             replaced = await self.plugins.on_user_message(self.context, message)
             if replaced is not None:
+                if replaced.role != message.role or replaced.tool_call_id != message.tool_call_id:
+                    raise PluginError(
+                        "on_user_message replaced the user's message with one of another role "
+                        "or tool call; return a message of the same kind",
+                        hook="on_user_message",
+                    )
+                _check_user_message(replaced)
                 message = replaced
         if self.owner.save_blobs and message.attachments:
             message = await self._save_blobs(message)
@@ -814,12 +828,12 @@ class _Run:
                                 message: Message | None = await out.stream.collect()
                             except WillRetryError:
                                 continue  # never stored: the retried message is (D28)
-                            except Exception as exc:
-                                message = None
-                                ev = AgentEvent(ev.agent_name, ev.run_path, None, ev.action, exc)
-                            await self.store(ev, message)
-                            if ev.error is not None:
+                            except Exception:
+                                # A broken stream: the agent's own error event reports it
+                                # (stored next); the partial message is never stored.
                                 errored = True
+                                continue
+                            await self.store(ev, message)
                             continue
                         await self.store(ev, out.message if out is not None else None)
                         if ev.error is not None:
@@ -955,6 +969,33 @@ class _Run:
 
 
 # -- helpers ------------------------------------------------------------------------------
+def _check_user_message(message: Message) -> None:
+    """A message a user may send in session mode (``ConfigurationError`` otherwise)."""
+    if message.role not in ("user", "tool"):
+        raise ConfigurationError(
+            f"in session mode a turn sends the user's messages (role 'user') or tool "
+            f"responses (role 'tool'), not a {message.role!r} message: earlier turns are the "
+            "session's own history"
+        )
+    if message.tool_calls:
+        raise ConfigurationError(
+            "a user message cannot carry tool calls (only tool responses, "
+            "Message.tool(result, tool_call_id=...), answering a paused call)"
+        )
+    if message.role == "tool" and not message.tool_call_id:
+        raise ConfigurationError(
+            "a tool response needs the id of the call it answers: "
+            "Message.tool(result, tool_call_id=...)"
+        )
+    try:
+        message.content.encode("utf-8")
+    except (UnicodeEncodeError, AttributeError):
+        raise ConfigurationError(
+            "a message's content must be a str that encodes as UTF-8 (it holds an unpaired "
+            "surrogate, or is not text)"
+        ) from None
+
+
 def _runs(writes: Sequence[tuple[str, str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """``writes`` grouped into runs of one agent, in order: (agent, its values)."""
     runs: list[tuple[str, dict[str, Any]]] = []

@@ -284,6 +284,15 @@ def _failed(plugin: Plugin, hook: str, exc: BaseException) -> PluginError:
     return err
 
 
+def _wrong_type(plugin: Plugin, hook: str, value: object, expected: type) -> PluginError:
+    return PluginError(
+        f"plugin {plugin.name!r}: {hook} returned {type(value).__name__}; it must return a "
+        f"{expected.__name__} or None",
+        plugin_name=plugin.name,
+        hook=hook,
+    )
+
+
 class PluginManager:
     """Runs the hooks of a Runner's plugins, in the order given (see the module docstring).
 
@@ -383,8 +392,11 @@ class PluginManager:
     def __repr__(self) -> str:
         return f"PluginManager({[p.name for p in self._plugins]!r})"
 
-    async def _first(self, hook: str, *args: Any) -> Any:
-        """Run ``hook`` in order until one returns non-None; return that value (or None)."""
+    async def _first(self, hook: str, *args: Any, returns: type | None = None) -> Any:
+        """Run ``hook`` in order until one returns non-None; return that value (or None).
+
+        With ``returns``, a value of another type is that plugin's ``PluginError``.
+        """
         for plugin, method in self._hooks[hook]:
             try:
                 result = await method(*args)
@@ -393,6 +405,8 @@ class PluginManager:
                     raise
                 raise _failed(plugin, hook, exc) from exc
             if result is not None:
+                if returns is not None and not isinstance(result, returns):
+                    raise _wrong_type(plugin, hook, result, returns)
                 return result
         return None
 
@@ -409,7 +423,7 @@ class PluginManager:
             ctx: the invocation.
             message: the user's message.
         """
-        result: Message | None = await self._first("on_user_message", ctx, message)
+        result: Message | None = await self._first("on_user_message", ctx, message, returns=Message)
         return result
 
     async def before_run(self, ctx: InvocationContext) -> Message | None:
@@ -422,7 +436,7 @@ class PluginManager:
         Args:
             ctx: the invocation.
         """
-        result: Message | None = await self._first("before_run", ctx)
+        result: Message | None = await self._first("before_run", ctx, returns=Message)
         return result
 
     async def on_event(self, ctx: InvocationContext, event: AgentEvent) -> AgentEvent:
@@ -449,6 +463,8 @@ class PluginManager:
                     raise
                 raise _failed(plugin, "on_event", exc) from exc
             if replaced is not None:
+                if not isinstance(replaced, AgentEvent):
+                    raise _wrong_type(plugin, "on_event", replaced, AgentEvent)
                 event = replaced
         return event
 
