@@ -15,6 +15,7 @@ SUITES = {
     "turns": "bench.turns",
     "burst": "bench.burst",
     "sessions": "bench.sessions",
+    "crash": "bench.crash",
 }
 
 
