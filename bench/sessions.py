@@ -234,6 +234,60 @@ async def raw_sqlite_appends(
         await db.close()
 
 
+async def raw_sqlite3_appends(path: pathlib.Path, rows: list[RawRow], synchronous: str) -> float:
+    """sqlite3 on one worker thread, each event's whole transaction (session-row bump, insert,
+    upserts, commit) in one call to that thread: one thread round trip per event."""
+    import concurrent.futures
+
+    executor = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    loop = asyncio.get_running_loop()
+
+    def setup() -> sqlite3.Connection:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        for ddl in RAW_SQLITE_SCHEMA:
+            conn.execute(ddl)
+        conn.execute("INSERT INTO sessions VALUES (1, ?, 0, 0)", (OWNER,))
+        return conn
+
+    def append(conn: sqlite3.Connection, row: RawRow) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ((pk, seq),) = conn.execute(
+                "UPDATE sessions SET last_seq = last_seq + 1, last_update_time = ? "
+                "WHERE session_key = ? RETURNING pk, last_seq",
+                (time.time(), OWNER),
+            ).fetchall()
+            conn.execute(
+                "INSERT INTO events (session_pk, seq, event_id, data) VALUES (?, ?, ?, ?)",
+                (pk, seq, row.event_id, row.data),
+            )
+            for key, value in row.state:
+                conn.execute(
+                    "INSERT INTO state (owner, key, value) VALUES (?, ?, ?) "
+                    "ON CONFLICT (owner, key) DO UPDATE SET value = excluded.value",
+                    (OWNER, key, value),
+                )
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+
+    try:
+        conn = await loop.run_in_executor(executor, setup)
+        try:
+            t0 = time.perf_counter()
+            for row in rows:
+                await loop.run_in_executor(executor, append, conn, row)
+            return time.perf_counter() - t0
+        finally:
+            await loop.run_in_executor(executor, conn.close)
+    finally:
+        executor.shutdown()
+
+
 async def raw_pg_appends(dsn: str, rows: list[RawRow], table: str, bump: bool) -> float:
     """asyncpg, one connection, ``async with conn.transaction()`` per event (``bump``: as
     ``raw_sqlite_appends``)."""
@@ -312,6 +366,8 @@ class Throughput:
     relaykit: list[float] = field(default_factory=list)
     raw: list[float] = field(default_factory=list)
     raw_bump: list[float] = field(default_factory=list)
+    #: sqlite3, bump included, one worker-thread call per event (SQLite only).
+    raw_one_call: list[float] = field(default_factory=list)
     #: aiosqlite thread hand-offs per event: relaykit, raw, raw + bump (SQLite only).
     calls: tuple[float, float, float] | None = None
 
@@ -370,6 +426,8 @@ async def sqlite_throughput(tmp: pathlib.Path, sync: str) -> tuple[Throughput, d
             result.relaykit.append(await relaykit_appends(sqlite_url(rk_db), events, "s"))
         result.raw.append(await raw_sqlite_appends(raw_db, rows, False, synchronous=sync))
         result.raw_bump.append(await raw_sqlite_appends(bump_db, rows, True, synchronous=sync))
+        one_db = tmp / f"one-call-{i}.db"
+        result.raw_one_call.append(await raw_sqlite3_appends(one_db, rows, sync))
         sizes = {"relaykit": sqlite_bytes(rk_db), "raw": sqlite_bytes(raw_db)}
     with sqlite3.connect(tmp / f"rk-{REPEATS - 1}.db") as conn:
         sizes["data"] = conn.execute(
@@ -795,6 +853,18 @@ async def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *(tp.row() for tp in sqlite_tps),
         pg_tp.row() if pg_tp else f"| PostgreSQL | skipped: {pg_skip} | | | | | | | | |",
+        "",
+        "The same rows with `sqlite3` on one worker thread, each event's whole transaction "
+        "(bump included) in one call to it — the shape of relaykit's own SQLite connection, "
+        "where it has one: "
+        + "; ".join(
+            f"synchronous={tp.backend.rpartition('=')[2]}: "
+            f"{statistics.median(tp.raw_one_call) / tp.n * 1e3:.3f} ms/event "
+            f"(relaykit {statistics.median(tp.relaykit) / statistics.median(tp.raw_one_call):.2f}"
+            "× that)"
+            for tp in sqlite_tps
+        )
+        + ".",
         "",
         f"For scale: `InMemorySessionService` appends {n_events / memory_s:,.0f} events/s "
         f"({memory_s / n_events * 1e6:.0f} µs/event); `prepare_append` alone (validate, encode "
