@@ -91,6 +91,7 @@ def summary(backend: str, policy: str, done: list[Trial], seconds: float) -> dic
         "stale": collections.Counter(t.stale for t in done if t.stale),
         "dangling": sum(1 for t in done if t.dangling),
         "repeated": sum(1 for t in done if t.continued.of("repeated")),
+        "rechecked": sum(1 for t in done if t.rechecks),
         "phases": collections.Counter(t.phase for t in done),
     }
 
@@ -173,6 +174,13 @@ def _print(results: list[dict[str, Any]], count: int, postgres: bool) -> None:
     print("|---|" + "---:|" * len(results))
     for phase in phases:
         print(f"| {phase} | " + " | ".join(str(r["phases"][phase]) for r in results) + " |")
+    print(
+        "\nAfter a kill, a COMMIT the killed client had sent may still complete on the "
+        "server: the check is repeated until the session's row and its event rows agree "
+        "(trials where that happened: "
+        + ", ".join(f"{r['backend']} {r['policy']}: {r['rechecked']}" for r in results)
+        + "). A disagreement that stays is counted as half-written."
+    )
     print(
         "\nThe last two columns must be 0: the next turn answers a call a killed turn left "
         "open, and a retried continuation's marker keeps the first attempt's results out of "
