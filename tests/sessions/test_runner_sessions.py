@@ -137,7 +137,7 @@ async def test_bad_calls_are_configuration_errors_before_anything_is_stored() ->
         runner.run([rk.Message.user("hi")])
     with pytest.raises(ConfigurationError, match="checkpoint_id"):
         runner.run([rk.Message.user("hi")], user_id=USER, session_id=SID, checkpoint_id="c")
-    with pytest.raises(ConfigurationError, match="not a .assistant. message"):
+    with pytest.raises(ConfigurationError, match="not a 'assistant' message"):
         runner.run([call("x", "lookup")], user_id=USER, session_id=SID)
     assert await service.get_session(APP, USER, SID) is None
 
