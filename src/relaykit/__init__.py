@@ -49,7 +49,7 @@ from relaykit.interrupts import (
 )
 from relaykit.memory import InMemoryMemoryService, MemoryEntry, MemoryService
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
-from relaykit.models import ChatModel, ModelRequest, ScriptedModel, ToolSpec
+from relaykit.models import ChatModel, FailoverModel, ModelRequest, ScriptedModel, ToolSpec
 from relaykit.plugins import InvocationContext, Plugin
 from relaykit.runner import Runner, RunResult
 from relaykit.sessions import InMemorySessionService, Session, SessionEvent, SessionService
@@ -101,6 +101,7 @@ __all__ = [
     "CompactionConfig",
     "DatabaseCheckpointStore",
     "DatabaseSessionService",
+    "FailoverModel",
     "FileArtifactService",
     "FlowAgent",
     "FunctionTool",

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec, usage_metadata
+from relaykit.models.failover import FailoverModel, default_should_fail_over
 from relaykit.models.registry import from_string
 from relaykit.models.scripted import ScriptedModel
 
@@ -15,11 +16,13 @@ if TYPE_CHECKING:
 __all__ = [
     "AnthropicModel",
     "ChatModel",
+    "FailoverModel",
     "GeminiModel",
     "ModelRequest",
     "OpenAIModel",
     "ScriptedModel",
     "ToolSpec",
+    "default_should_fail_over",
     "from_string",
     "usage_metadata",
 ]
