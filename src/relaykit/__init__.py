@@ -12,6 +12,7 @@ from relaykit.agents import (
     ChatModelAgent,
     LoopAgent,
     ParallelAgent,
+    PlanExecute,
     SequentialAgent,
     Supervisor,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "MessageStream",
     "ModelRequest",
     "ParallelAgent",
+    "PlanExecute",
     "Plugin",
     "ResumableAgent",
     "ResumeInfo",

@@ -1,7 +1,9 @@
-"""Prebuilt agents: the chat-model agent, agent-as-tool, workflows and the supervisor."""
+"""Prebuilt agents: the chat-model agent, agent-as-tool, workflows, the supervisor and
+plan-execute."""
 
 from relaykit.agents.agent_tool import AgentTool
 from relaykit.agents.chat import ChatModelAgent
+from relaykit.agents.planexecute import PlanExecute
 from relaykit.agents.supervisor import Supervisor
 from relaykit.agents.workflows import LoopAgent, ParallelAgent, SequentialAgent
 
@@ -10,6 +12,7 @@ __all__ = [
     "ChatModelAgent",
     "LoopAgent",
     "ParallelAgent",
+    "PlanExecute",
     "SequentialAgent",
     "Supervisor",
 ]
