@@ -22,6 +22,9 @@ from relaykit.sessions._tables import (
     _INSERT_EVENT,
     _SET_SUMMARY,
     _SUMMARY_END,
+    EVENTS_TABLE,
+    SESSIONS_TABLE,
+    STATE_TABLE,
     _events,
     _state,
 )
@@ -118,6 +121,68 @@ class _CoreStatements:
 
 
 _Compiled = tuple[str, tuple[str, ...]]  # SQL text, names of its parameters in order
+
+
+class _AsyncpgStatements:
+    """The append's statements straight on asyncpg's connection (PostgreSQL's fast path).
+
+    Through SQLAlchemy each statement pays for its result machinery; here each is one
+    ``fetchrow``/``execute`` of SQL asyncpg prepares once per connection. The SQL is the same as
+    the Core statements' (``_tables``), written for asyncpg's ``$n`` parameters.
+    """
+
+    __slots__ = ("_conn",)
+
+    BUMP = (
+        f"UPDATE {SESSIONS_TABLE} SET last_seq = last_seq + 1, last_update_time = $2 "
+        "WHERE session_key = $1 RETURNING pk, last_seq"
+    )
+    SUMMARY_END = f"SELECT max(seq) FROM {EVENTS_TABLE} WHERE session_pk = $1 AND event_id = $2"
+    SET_SUMMARY = (
+        f"UPDATE {SESSIONS_TABLE} SET summary_seq = $2, history_from_seq = $3 WHERE pk = $1"
+    )
+    INSERT_EVENT = (
+        f"INSERT INTO {EVENTS_TABLE} (session_pk, seq, event_id, data) VALUES ($1, $2, $3, $4)"
+    )
+    UPSERT_STATE = (
+        f"INSERT INTO {STATE_TABLE} (owner, key, scope, app_name, user_id, session_id, value) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (owner, key) DO UPDATE SET value = "
+        "excluded.value"
+    )
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn  # an asyncpg.Connection
+
+    async def bump(self, session_key: bytes, now: float) -> tuple[int, int] | None:
+        row = await self._conn.fetchrow(self.BUMP, session_key, now)
+        return None if row is None else (row[0], row[1])
+
+    async def summary_end(self, session_pk: int, event_id: str) -> int | None:
+        end: int | None = await self._conn.fetchval(self.SUMMARY_END, session_pk, event_id)
+        return end
+
+    async def set_summary(self, session_pk: int, summary_seq: int, end_seq: int) -> None:
+        await self._conn.execute(self.SET_SUMMARY, session_pk, summary_seq, end_seq)
+
+    async def insert_event(self, session_pk: int, seq: int, event_id: str, data: bytes) -> None:
+        await self._conn.execute(self.INSERT_EVENT, session_pk, seq, event_id, data)
+
+    async def upsert_state(self, rows: list[dict[str, Any]]) -> None:
+        await self._conn.executemany(
+            self.UPSERT_STATE,
+            [
+                (
+                    r["owner"],
+                    r["key"],
+                    r["scope"],
+                    r["app_name"],
+                    r["user_id"],
+                    r["session_id"],
+                    r["value"],
+                )
+                for r in rows
+            ],
+        )
 
 
 def _compile(statement: Any, dialect: sa.Dialect, columns: list[str] | None = None) -> _Compiled:

@@ -58,6 +58,7 @@ try:
     from relaykit.sessions._append import (
         _append,
         _AppendStatements,
+        _AsyncpgStatements,
         _CoreStatements,
         _state_rows,
     )
@@ -337,8 +338,14 @@ class DatabaseSessionService:
         """The statements of one append on PostgreSQL, in a transaction committed at the end
         (SQLite appends run on the service's own connection: ``_sqlite_worker``)."""
         await self._ensure_schema()
-        async with self._engine.begin() as conn:
-            yield _CoreStatements(conn, self._upsert_state)
+        async with self._engine.connect() as conn:
+            raw: Any = (await conn.get_raw_connection()).driver_connection
+            if type(raw).__module__.startswith("asyncpg"):
+                async with raw.transaction():
+                    yield _AsyncpgStatements(raw)
+            else:  # another PostgreSQL driver: through SQLAlchemy
+                async with conn.begin():
+                    yield _CoreStatements(conn, self._upsert_state)
 
     async def load_history(
         self, app_name: str, user_id: str, session_id: str
