@@ -232,3 +232,15 @@ def test_agent_tool_example_returns_the_researchers_answer() -> None:
         "[lead] tool: Fact: the Eiffel Tower is 330 m tall.",
         "[lead] assistant: Answer, from research: Fact: the Eiffel Tower is 330 m tall.",
     ]
+
+
+def test_agent_tool_events_example_shows_the_inner_run_outside_the_leads_history() -> None:
+    fact = "Fact: The Eiffel Tower is 330 m tall (since 2022)."
+    assert _run_module("examples.agent_tool_events") == [
+        " [lead] assistant: ['researcher']",
+        "~[lead > researcher] assistant: ['search']",
+        "~[lead > researcher] tool: The Eiffel Tower is 330 m tall (since 2022).",
+        f"~[lead > researcher] assistant: {fact}",
+        f" [lead] tool: {fact}",
+        f" [lead] assistant: Answer (4 messages seen): {fact}",
+    ]

@@ -799,6 +799,9 @@ class _Run:
                             errored = True
                             yield ev
                             continue
+                        if ev.internal:  # an agent tool's inner event: delivered only (D28)
+                            yield ev
+                            continue
                         info = interrupt_of(ev)
                         if info is not None and info.contexts:
                             if interrupted:

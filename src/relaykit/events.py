@@ -191,13 +191,17 @@ class AgentOutput:
         return self.message
 
 
-@register_type("relaykit.AgentEvent")
+@register_type("relaykit.AgentEvent", exclude=("internal",))
 @dataclass(slots=True)
 class AgentEvent:
     """One item of an agent's event stream.
 
     ``agent_name`` and ``run_path`` are set by the framework (the flow agent stamps a copy of
     each event an agent yields): an agent leaves them empty.
+
+    ``internal`` marks an event of an agent run as a tool, forwarded to the caller by
+    ``AgentTool(agent, emit_internal_events=True)`` (D28): delivered and seen by ``on_event``,
+    never stored, recorded in a history or checkpointed, and never acted on.
 
     >>> AgentEvent.from_message(Message.assistant("hi")).output.message.content
     'hi'
@@ -216,6 +220,9 @@ class AgentEvent:
     #: Session values written by the agent since its previous event (session mode, D12);
     #: the values are the application's own, hence ``Any``.
     state_delta: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    #: True for an agent tool's inner event forwarded to the caller (``emit_internal_events``):
+    #: only delivered, never stored nor used for history, routing or pauses (D28).
+    internal: bool = field(default=False, repr=False)
 
     @classmethod
     def from_message(

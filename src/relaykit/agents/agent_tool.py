@@ -1,4 +1,5 @@
-"""AgentTool: an agent used as a tool, with its own run history and checkpoint scope."""
+"""AgentTool: an agent used as a tool, with its own run history and checkpoint scope; its
+events stay inside unless it forwards them (``emit_internal_events``, D28)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ from relaykit.checkpoints.document import Checkpoint
 from relaykit.codec import register_type
 from relaykit.context import RunContext, RunHistory
 from relaykit.errors import ConfigurationError, MaxTransfersError, ToolError
-from relaykit.events import AgentEvent, transfer_messages
+from relaykit.events import AgentEvent, RunPath, transfer_messages
 from relaykit.flow import FlowAgent, as_flow_agent, rewrite_message
 from relaykit.interrupts import InterruptInfo, interrupt_of
 from relaykit.messages import Message
 from relaykit.models.base import ToolSpec
-from relaykit.tools.base import ToolContext
+from relaykit.tools.base import ToolContext, ToolEvents
 from relaykit.tools.function import ToolInterrupt
 
 __all__ = ["MAX_AGENT_TOOL_DEPTH", "AgentTool", "AgentToolState"]
@@ -74,6 +75,28 @@ class AgentTool:
             (rewritten as context) instead of the ``request`` argument.
         input_schema: the JSON schema of the tool's arguments; the inner agent then receives
             the arguments as JSON text. By default the tool takes one string, ``request``.
+        emit_internal_events: forward the inner agent's events to the caller while the tool
+            runs (the calling ``ChatModelAgent`` yields them as they arrive): their run path
+            is prefixed with the caller's, and they are marked ``internal`` -- delivered and
+            seen by ``on_event``, but never recorded in any history, never stored in a
+            session and never acted on (D28). Errors and interrupts are not forwarded: they
+            remain the tool's own.
+
+    With ``emit_internal_events=True`` the caller sees the inner run as it happens:
+
+    >>> researcher = rk.ChatModelAgent("researcher", "finds facts", model=rk.ScriptedModel(
+    ...     [Message.assistant("Paris has 2.1 million inhabitants.")]))
+    >>> tool = AgentTool(researcher, emit_internal_events=True)
+    >>> lead = rk.ChatModelAgent("lead", model=rk.ScriptedModel([
+    ...     Message.assistant("", [rk.ToolCall("c1", "researcher", '{"request": "Paris?"}')]),
+    ...     Message.assistant("About 2.1 million.")]), tools=[tool])
+    >>> result = asyncio.run(rk.Runner(lead).invoke("How many people live in Paris?"))
+    >>> [([str(s) for s in ev.run_path], ev.internal, ev.message.content) for ev in result.events]
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [(['lead'], False, ''),
+     (['lead', 'researcher'], True, 'Paris has 2.1 million inhabitants.'),
+     (['lead'], False, 'Paris has 2.1 million inhabitants.'),
+     (['lead'], False, 'About 2.1 million.')]
     """
 
     def __init__(
@@ -81,6 +104,7 @@ class AgentTool:
         agent: Agent,
         full_chat_history_as_input: bool = False,
         input_schema: dict[str, object] | None = None,
+        emit_internal_events: bool = False,
     ) -> None:
         if not agent.name:
             raise ConfigurationError("agent tool requires an agent with a non-empty name")
@@ -94,6 +118,8 @@ class AgentTool:
         self.full_chat_history_as_input = full_chat_history_as_input
         #: The arguments' JSON schema, when not the default ``{"request": string}``.
         self.input_schema = input_schema
+        #: Whether the inner agent's events are forwarded to the caller (marked ``internal``).
+        self.emit_internal_events = emit_internal_events
         self._flow: FlowAgent = agent if isinstance(agent, FlowAgent) else as_flow_agent(agent)
         self._spec = ToolSpec(
             agent.name,
@@ -112,6 +138,8 @@ class AgentTool:
         return self._spec
 
     def __repr__(self) -> str:
+        if self.emit_internal_events:
+            return f"AgentTool({self.agent!r}, emit_internal_events=True)"
         return f"AgentTool({self.agent!r})"
 
     def _input(self, ctx: ToolContext, arguments: dict[str, object]) -> list[Message]:
@@ -190,9 +218,16 @@ class AgentTool:
                 resume_state=outer.resume_state,
             )
             gen = self._flow.run(inner, root_input)
-        return await self._consume(inner, gen)
+        forward = ctx.events if self.emit_internal_events else None
+        return await self._consume(inner, gen, forward, outer.run_path)
 
-    async def _consume(self, inner: RunContext, gen: AsyncIterator[AgentEvent]) -> str:
+    async def _consume(
+        self,
+        inner: RunContext,
+        gen: AsyncIterator[AgentEvent],
+        forward: ToolEvents | None = None,
+        caller: RunPath = (),
+    ) -> str:
         last: AgentEvent | None = None
         what = f"agent tool '{self.agent.name}'"
         try:
@@ -204,6 +239,8 @@ class AgentTool:
                         raise ended_with(ev.error, what)
                     last = ev
                     interrupted = interrupt_of(ev)
+                    if forward is not None and interrupted is None:
+                        forward.emit(_internal(ev, caller))
                     if interrupted is not None:
                         # The inner points (and their states) become part of the caller's
                         # tree through ``sub_interrupts``; the saved state keeps the rest of
@@ -229,3 +266,23 @@ class AgentTool:
             raise ToolError(f"agent tool '{self.agent.name}' returned no event")
         message = await last.output.get_message() if last.output is not None else None
         return message.content if message is not None else ""
+
+
+def _internal(ev: AgentEvent, caller: RunPath) -> AgentEvent:
+    """The caller's copy of an inner event (§8.4, D28): the run path prefixed with the
+    caller's, marked ``internal``. Its actions were settled inside the tool: a break-loop
+    is marked done so that no loop above the caller acts on it."""
+    action = ev.action
+    if action is not None and action.break_loop is not None and not action.break_loop.done:
+        action = dataclasses.replace(
+            action, break_loop=dataclasses.replace(action.break_loop, done=True)
+        )
+    return AgentEvent(
+        ev.agent_name,
+        (*caller, *ev.run_path),
+        ev.output,
+        action,
+        None,
+        ev.state_delta,
+        internal=True,
+    )

@@ -53,7 +53,13 @@ from relaykit.interrupts import (
 )
 from relaykit.messages import Message, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest
-from relaykit.tools.base import RESERVED_TOOL_NAMES, Tool, ToolContext, is_builtin_tool
+from relaykit.tools.base import (
+    RESERVED_TOOL_NAMES,
+    Tool,
+    ToolContext,
+    ToolEvents,
+    is_builtin_tool,
+)
 from relaykit.tools.builtin import EXIT_LOOP_TOOL_NAME
 from relaykit.tools.function import ToolInterrupt
 
@@ -424,7 +430,9 @@ class ChatModelAgent:
         """
         held = prepared.return_directly  # delivered by the loop once the batch finished
         history = state.messages[:-1]
-        if len(todo) == 1:
+        # Agent tools' forwarded inner events (D28): yielded as they arrive, never recorded.
+        events = ToolEvents.if_wanted(prepared.tools.get(c.name) for c, _ in todo)
+        if len(todo) == 1 and events is None:
             call, resume = todo[0]
             outcome = await self._invoke(ctx, prepared, call, resume, history)
             ev = self._settle(state, call, outcome)
@@ -432,12 +440,21 @@ class ChatModelAgent:
                 yield ev
             return
         tasks = {
-            asyncio.ensure_future(self._invoke(ctx, prepared, c, r, history)): c for c, r in todo
+            asyncio.ensure_future(self._invoke(ctx, prepared, c, r, history, events)): c
+            for c, r in todo
         }
         try:
-            waiting = set(tasks)
+            waiting: set[asyncio.Future[Any]] = set(tasks)
             while waiting:
-                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                if events is None:
+                    done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                else:  # the events a call forwarded come before its result
+                    done, _ = await asyncio.wait(
+                        {*waiting, events.wait()}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    waiting -= done
+                    for internal in events.drain():
+                        yield internal
                 for task in [t for t in tasks if t in done]:
                     call = tasks[task]
                     if task.cancelled():
@@ -473,6 +490,7 @@ class ChatModelAgent:
         call: ToolCall,
         resume: ResumeInfo | None,
         history: list[Message],
+        events: ToolEvents | None = None,
     ) -> ToolCallResult | PendingToolCall:
         tool = prepared.tools.get(call.name)
         if tool is None:
@@ -490,6 +508,7 @@ class ChatModelAgent:
             tctx.is_resume_target = resume.is_resume_target
             tctx.resume_data = resume.resume_data
         tctx.chat_history = history
+        tctx.events = events
         inv = ctx.options.invocation
         if inv is not None and (not inv.plugins or isinstance(tool, TransferTool)):
             inv = None  # no tool hooks (none for the synthetic transfer_to_agent)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, MutableMapping
+import asyncio
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from relaykit.errors import ConfigurationError
@@ -11,7 +12,7 @@ from relaykit.models.base import ToolSpec
 if TYPE_CHECKING:
     from relaykit._invocation import Invocation
     from relaykit.context import RunContext
-    from relaykit.events import AgentAction
+    from relaykit.events import AgentAction, AgentEvent
     from relaykit.memory import MemoryEntry
     from relaykit.messages import Blob, Message
 
@@ -20,6 +21,7 @@ __all__ = [
     "SessionState",
     "Tool",
     "ToolContext",
+    "ToolEvents",
     "is_builtin_tool",
     "register_builtin_tool",
 ]
@@ -81,6 +83,64 @@ class SessionState(MutableMapping[str, Any]):
         return f"SessionState({self._run.history.values!r})"
 
 
+class ToolEvents:
+    """Events tools forward while they run, for the calling agent to yield as they arrive
+    (``ToolContext.events``): an ``AgentTool(agent, emit_internal_events=True)`` puts its inner
+    agent's events here (D28). Unbounded, like the caller's event stream; one reader.
+
+    >>> import asyncio
+    >>> from relaykit.events import AgentEvent
+    >>> async def main():
+    ...     events = ToolEvents()
+    ...     waiter = events.wait()
+    ...     events.emit(AgentEvent.exit())
+    ...     await waiter
+    ...     return [ev.action.exit for ev in events.drain()], events.drain()
+    >>> asyncio.run(main())
+    ([True], [])
+    """
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: list[AgentEvent] = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    @classmethod
+    def if_wanted(cls, tools: Iterable[object]) -> ToolEvents | None:
+        """A new channel when one of ``tools`` forwards events (its ``emit_internal_events``
+        is true), else None: calls of other tools pay nothing for it.
+
+        >>> ToolEvents.if_wanted([object()]) is None
+        True
+        """
+        for tool in tools:
+            if getattr(tool, "emit_internal_events", False):
+                return cls()
+        return None
+
+    def emit(self, event: AgentEvent) -> None:
+        """Queue ``event`` for the calling agent (never blocks) and wake its reader."""
+        self._items.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def drain(self) -> list[AgentEvent]:
+        """The queued events, oldest first; the queue is empty afterwards."""
+        items, self._items = self._items, []
+        return items
+
+    def wait(self) -> asyncio.Future[None]:
+        """A future done once an event is queued (already done when one is)."""
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            if self._items:
+                waiter.set_result(None)
+        return waiter
+
+
 class ToolContext:
     """What a tool call can see and do.
 
@@ -117,6 +177,7 @@ class ToolContext:
     __slots__ = (
         "action",
         "chat_history",
+        "events",
         "interrupt_state",
         "is_resume_target",
         "resume_data",
@@ -155,6 +216,9 @@ class ToolContext:
         self.action: AgentAction | None = None
         #: The calling agent's conversation before this call (AgentTool's full-history input).
         self.chat_history: list[Message] = []
+        #: Where the tool may forward events for the calling agent to yield while the call
+        #: runs (None when the caller does not read them): see ``ToolEvents``.
+        self.events: ToolEvents | None = None
 
     def set_action(self, action: AgentAction) -> None:
         """Attach ``action`` to this call's tool-result event (like Eino's SendToolGenAction).
