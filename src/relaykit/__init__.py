@@ -51,6 +51,7 @@ from relaykit.interrupts import (
 from relaykit.memory import InMemoryMemoryService, MemoryEntry, MemoryService
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models import ChatModel, FailoverModel, ModelRequest, ScriptedModel, ToolSpec
+from relaykit.options import AgentOptions, ModelRetry, ResumeOptions, tool_options
 from relaykit.plugins import InvocationContext, Plugin
 from relaykit.runner import Runner, RunResult
 from relaykit.sessions import InMemorySessionService, Session, SessionEvent, SessionService
@@ -89,6 +90,7 @@ __all__ = [
     "AgentAction",
     "AgentEvent",
     "AgentInput",
+    "AgentOptions",
     "AgentOutput",
     "AgentRunError",
     "AgentTool",
@@ -121,11 +123,13 @@ __all__ = [
     "Message",
     "MessageStream",
     "ModelRequest",
+    "ModelRetry",
     "ParallelAgent",
     "PlanExecute",
     "Plugin",
     "ResumableAgent",
     "ResumeInfo",
+    "ResumeOptions",
     "RunContext",
     "RunPath",
     "RunResult",
@@ -155,6 +159,7 @@ __all__ = [
     "set_sub_agents",
     "stateful_interrupt",
     "tool",
+    "tool_options",
     "transfer_messages",
     "with_deterministic_transfer",
 ]

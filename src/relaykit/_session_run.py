@@ -68,6 +68,7 @@ from relaykit.events import AgentEvent, AgentOutput, RunStep
 from relaykit.flow import FlowAgent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.messages import Message
+from relaykit.options import AgentOptions
 from relaykit.plugins import InvocationContext, PluginManager
 from relaykit.resume import AddressSegment, InterruptInfo
 from relaykit.sessions._records import SessionRef, prepare_state
@@ -155,6 +156,7 @@ class _Turn:
     targets: dict[str, Any]
     delta: dict[str, Any]
     skip: bool
+    agent_options: dict[str, AgentOptions] = field(default_factory=dict)
 
 
 class _StoreFailed(Exception):
@@ -212,6 +214,7 @@ class SessionRunner:
         state_delta: Mapping[str, Any] | None,
         session_values: Mapping[str, Any] | None,
         skip: bool,
+        agent_options: dict[str, AgentOptions] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Check the call now (``ConfigurationError``), run nothing until iterated."""
         if user_id is None or session_id is None:
@@ -259,7 +262,7 @@ class SessionRunner:
             }
             if temp:
                 dumps(temp, kind="relaykit/temp-state")  # kept in a pause: must be savable
-        turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip)
+        turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip, agent_options or {})
         return self._locked(turn)
 
     # -- the turn ---------------------------------------------------------------------------
@@ -680,6 +683,7 @@ class _Run:
     ) -> AsyncIterator[AgentEvent]:
         owner, root = self.owner, self.owner.root
         options = RunOptions(self.turn.skip, owner.max_transfers)
+        options.agent_options = self.turn.agent_options
         options.writes = self.writes
         options.invocation = self.invocation
         try:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     # agent.py imports this module: the agent type is only needed by the type checker.
     from relaykit._invocation import Invocation
     from relaykit.agent import Agent
+    from relaykit.options import AgentOptions
 
 __all__ = [
     "DEFAULT_MAX_TRANSFERS",
@@ -174,6 +175,9 @@ class RunOptions:
     #: Session mode: the user's text messages sent with tool responses that continue a paused
     #: invocation; the first resumed chat agent reads them after its tool results.
     resume_messages: list[Message] = field(default_factory=list)
+    #: The options of this ``run`` or ``resume`` call meant for one agent each, by agent name
+    #: (``Runner.run(agent_options=...)``, docs/retries-and-options.md).
+    agent_options: Mapping[str, AgentOptions] = field(default_factory=dict)
 
     def count_transfer(self, source: str, dest: str) -> str | None:
         """Count one transfer from ``source`` to ``dest``; the error text if it exceeds the

@@ -34,6 +34,7 @@ from relaykit.flow import USER_AUTHOR, FlowAgent, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.memory import MemoryService
 from relaykit.messages import Message
+from relaykit.options import AgentOptions, normalize_agent_options
 from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
 from relaykit.sessions.base import SessionService, validate_lock_timeout
@@ -67,6 +68,8 @@ class RunKwargs(TypedDict, total=False):
     state_delta: Mapping[str, Any] | None
     #: Leave the transfer messages out of the histories agents read.
     skip_transfer_messages: bool
+    #: Options for one agent each, by agent name (``AgentOptions`` or a mapping of its fields).
+    agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None
 
 
 class ResumeKwargs(TypedDict, total=False):
@@ -90,6 +93,8 @@ class ResumeKwargs(TypedDict, total=False):
     state_delta: Mapping[str, Any] | None
     #: Leave the transfer messages out of the histories agents read.
     skip_transfer_messages: bool
+    #: Options for one agent each, by agent name (``AgentOptions`` or a mapping of its fields).
+    agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None
 
 
 class Runner:
@@ -273,6 +278,7 @@ class Runner:
         session_values: Mapping[str, Any] | None = None,
         state_delta: Mapping[str, Any] | None = None,
         skip_transfer_messages: bool = False,
+        agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Run the agent on ``messages``; nothing runs until the result is iterated.
 
@@ -295,6 +301,10 @@ class Runner:
                 prefixed ``app:``, ``user:``, ``temp:`` or none, docs/sessions.md).
             skip_transfer_messages: leave the ``transfer_to_agent`` messages out of the
                 histories agents read (docs/trees-and-transfer.md#d5).
+            agent_options: options for one agent each, by agent name: ``AgentOptions`` (or
+                a mapping of its fields) with model options, tool options and a history
+                modifier (docs/retries-and-options.md). A name that is not an agent of the
+                tree is a ``ConfigurationError``.
 
         >>> import asyncio
         >>> import relaykit as rk
@@ -305,6 +315,7 @@ class Runner:
         >>> asyncio.run(main())
         ['greeter']
         """
+        designated = self._agent_options(agent_options)
         if self._sessions is not None:
             if checkpoint_id is not None:
                 raise ConfigurationError(
@@ -320,6 +331,7 @@ class Runner:
                 state_delta=state_delta,
                 session_values=session_values,
                 skip=skip_transfer_messages,
+                agent_options=designated,
             )
         if checkpoint_id is not None:
             if self.checkpoint_store is None:
@@ -333,6 +345,8 @@ class Runner:
         ctx = RunContext(
             root_input=root_input, options=RunOptions(skip_transfer_messages, self.max_transfers)
         )
+        if designated:
+            ctx.options.agent_options = designated
         if session_values:
             ctx.history.values.update(session_values)
         if self._plugins:
@@ -360,6 +374,7 @@ class Runner:
         session_values: Mapping[str, Any] | None = None,
         state_delta: Mapping[str, Any] | None = None,
         skip_transfer_messages: bool = False,
+        agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None = None,
     ) -> AsyncIterator[AgentEvent]:
         """Continue the run saved under ``checkpoint_id``.
 
@@ -384,9 +399,12 @@ class Runner:
             state_delta: session mode: state changes stored with the user's event (keys
                 prefixed ``app:``, ``user:``, ``temp:`` or none, docs/sessions.md).
             skip_transfer_messages: as for ``run``.
+            agent_options: as for ``run`` (``ResumeOptions`` is ``AgentOptions``); a
+                ``history_modifier`` edits a paused agent's conversation before it continues.
 
         See ``invoke_resume`` for an example.
         """
+        designated = self._agent_options(agent_options)
         if self._sessions is not None:
             if checkpoint_id is not None:
                 raise ConfigurationError(
@@ -402,6 +420,7 @@ class Runner:
                 state_delta=state_delta,
                 session_values=session_values,
                 skip=skip_transfer_messages,
+                agent_options=designated,
             )
         if self.checkpoint_store is None:
             raise ConfigurationError(
@@ -421,7 +440,7 @@ class Runner:
                 f"session_values must be a mapping, not {type(session_values).__name__}"
             )
         return self._resume(
-            checkpoint_id, dict(targets or {}), session_values, skip_transfer_messages
+            checkpoint_id, dict(targets or {}), session_values, skip_transfer_messages, designated
         )
 
     async def invoke(
@@ -483,6 +502,12 @@ class Runner:
         'paid'
         """
         return await collect(self.resume(checkpoint_id, **options))
+
+    def _agent_options(self, given: object) -> dict[str, AgentOptions]:
+        """``agent_options`` checked against the tree's agents (``ConfigurationError``)."""
+        if given is None:
+            return {}
+        return normalize_agent_options(given, _agent_names(self.agent))
 
     @staticmethod
     def _reject_session_options(user_id: object, session_id: object, state_delta: object) -> None:
@@ -553,6 +578,7 @@ class Runner:
         targets: dict[str, Any],
         session_values: Mapping[str, Any] | None,
         skip: bool,
+        designated: dict[str, AgentOptions],
     ) -> AsyncIterator[AgentEvent]:
         store = self.checkpoint_store
         assert store is not None
@@ -585,6 +611,8 @@ class Runner:
                 options=RunOptions(skip, self.max_transfers),
                 resume_state=ResumeState.of(interrupted, targets),
             )
+            if designated:
+                ctx.options.agent_options = designated
             if self._plugins or self.artifact_service or self.memory_service:
                 self._invocation(ctx)
             gen = self._root.resume(ctx, cp.resume_info(interrupted))
@@ -702,6 +730,24 @@ _STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
 
 async def _one(event: AgentEvent) -> AsyncIterator[AgentEvent]:
     yield event
+
+
+def _agent_names(root: Agent) -> set[str]:
+    """The names of every agent of the tree (wrappers and workflows included)."""
+    names: set[str] = set()
+    stack: list[Any] = [root]
+    seen: set[int] = set()
+    while stack:
+        agent = stack.pop()
+        if id(agent) in seen:
+            continue
+        seen.add(id(agent))
+        name = getattr(agent, "name", None)
+        if isinstance(name, str):
+            names.add(name)
+        for layer in unwrap_layers(agent):
+            stack.extend(getattr(layer, "sub_agents", None) or ())
+    return names
 
 
 def _has_agent_named(root: Agent, name: str) -> bool:

@@ -31,10 +31,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from relaykit._agent_hooks import checked_message
-from relaykit.agents._tool_calls import with_unique_call_ids
-from relaykit.errors import PluginError, ToolError
+from relaykit.agents._tool_calls import ChatModelAgentState, with_unique_call_ids
+from relaykit.errors import ConfigurationError, PluginError, ToolError
 from relaykit.messages import Message, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest
+from relaykit.options import HistoryModifier
 from relaykit.resume import ResumeInfo
 from relaykit.tools.base import Tool, ToolContext
 from relaykit.tools.function import ToolInterrupt
@@ -42,7 +43,7 @@ from relaykit.tools.function import ToolInterrupt
 if TYPE_CHECKING:
     from relaykit._invocation import Invocation
 
-__all__ = ["call_tool", "model_reply"]
+__all__ = ["call_tool", "model_reply", "modify_history"]
 
 
 async def model_reply(
@@ -75,6 +76,50 @@ async def model_reply(
         "after_model", agent_name, await plugins.after_model(ctx, agent_name, reply)
     )
     return with_unique_call_ids(replaced) if replaced is not None else reply
+
+
+def modify_history(
+    agent_name: str,
+    modifier: HistoryModifier,
+    messages: list[Message],
+    paused: ChatModelAgentState | None,
+) -> None:
+    """Apply a run's ``history_modifier`` to an agent's conversation ``messages`` (in place).
+
+    On a resume (``paused``), the conversation ends with the model reply whose tool calls
+    were paused; the modifier may change their names and arguments (the calls then continue
+    as changed) but must keep the reply last, with the same call ids in the same order.
+
+    >>> call = ToolCall("c1", "pay", '{"amount": 500}')
+    >>> state = ChatModelAgentState([Message.assistant("", [call])], [call])
+    >>> def approve(messages):
+    ...     approved = ToolCall("c1", "pay", '{"amount": 50}')
+    ...     return [*messages[:-1], Message.assistant("", [approved])]
+    >>> modify_history("payer", approve, state.messages, state)
+    >>> state.calls[0].arguments, state.messages[-1].tool_calls[0].arguments
+    ('{"amount": 50}', '{"amount": 50}')
+
+    Raises:
+        ConfigurationError: the modifier returned something other than a list of messages,
+            or changed the paused calls' ids.
+    """
+    changed = modifier(list(messages))
+    if not isinstance(changed, list) or not all(isinstance(m, Message) for m in changed):
+        raise ConfigurationError(
+            f"agent {agent_name!r}: history_modifier must return a list of relaykit.Message, "
+            f"not {type(changed).__name__}"
+        )
+    if paused is not None:
+        ids = [call.id for call in paused.calls]
+        last = changed[-1] if changed else None
+        if last is None or last.role != "assistant" or [c.id for c in last.tool_calls] != ids:
+            raise ConfigurationError(
+                f"agent {agent_name!r}: on a resume, history_modifier must keep the paused "
+                f"model reply last, with its tool calls {ids} (same ids, same order); change "
+                "their arguments, not their ids"
+            )
+        paused.calls = list(last.tool_calls)
+    messages[:] = changed
 
 
 async def call_tool(

@@ -18,6 +18,7 @@ from relaykit.agents._prompts import (
 )
 from relaykit.codec import register_type
 from relaykit.errors import (
+    ConfigurationError,
     SerializationError,
     ToolError,
 )
@@ -104,6 +105,39 @@ class ChatModelAgentState:
     remaining_iterations: int = 0
     #: The id of the call whose result ends the agent's turn (``return_directly``), if any.
     return_directly_call: str | None = None
+
+
+def checked_state(agent_name: str, state: object) -> ChatModelAgentState:
+    """``state`` as the saved state of a ChatModelAgent resuming: refused with a
+    ``ConfigurationError`` when it is not one, or when its calls, results and pending calls do
+    not match (a corrupt or hand-edited checkpoint) -- rather than failing half-way through.
+
+    >>> try:
+    ...     checked_state("helper", {"calls": []})
+    ... except ConfigurationError as exc:
+    ...     print(str(exc)[-44:])
+    with an invalid interrupt state of type dict
+    """
+    if not isinstance(state, ChatModelAgentState):
+        raise ConfigurationError(
+            f"ChatModelAgent {agent_name!r} was asked to resume with an invalid interrupt "
+            f"state of type {type(state).__name__}"
+        )
+    ids = [call.id for call in state.calls]
+    known = set(ids)
+    if (
+        len(known) != len(ids)
+        or not state.pending
+        or not set(state.pending) <= known
+        or not set(state.results) <= known
+        or any(i not in state.pending and i not in state.results for i in ids)
+        or state.return_directly_call not in (None, *ids)
+    ):
+        raise ConfigurationError(
+            f"ChatModelAgent {agent_name!r} was asked to resume with an inconsistent "
+            "interrupt state (its tool calls, results and pending calls do not match)"
+        )
+    return state
 
 
 class TransferTool:

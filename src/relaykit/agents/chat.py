@@ -7,13 +7,14 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
-from relaykit.agents._hooks import call_tool, model_reply
+from relaykit.agents._hooks import call_tool, model_reply, modify_history
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     MissingPlaceholderError,
     fill_instruction,
     transfer_instruction,
 )
+from relaykit.agents._retry import RetryingModel, stream_with_retry
 from relaykit.agents._tool_calls import (
     EXIT,
     MAX_ARGUMENT_DEPTH,
@@ -23,6 +24,7 @@ from relaykit.agents._tool_calls import (
     ReplyStream,
     ToolCallResult,
     TransferTool,
+    checked_state,
     error_result,
     name_tool,
     parse_arguments,
@@ -53,6 +55,7 @@ from relaykit.interrupts import (
 )
 from relaykit.messages import Message, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest
+from relaykit.options import ModelRetry
 from relaykit.tools.base import (
     RESERVED_TOOL_NAMES,
     Tool,
@@ -119,6 +122,9 @@ class ChatModelAgent:
             agent's answer instead of a new model call).
         exit_tool: offer the built-in ``exit`` tool: the model ends the enclosing flow with a
             final result.
+        retry: call the model again when a call fails (``relaykit.ModelRetry``; a streamed
+            reply that fails part-way ends in ``WillRetryError``, docs/retries-and-options.md).
+            None: a failed call ends the agent.
     """
 
     def __init__(
@@ -132,11 +138,17 @@ class ChatModelAgent:
         output_key: str | None = None,
         return_directly: Sequence[str] = (),
         exit_tool: bool = False,
+        retry: ModelRetry | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("ChatModelAgent needs a non-empty name")
         if model is None:
             raise ConfigurationError(f"ChatModelAgent {name!r} needs a model")
+        if retry is not None and not isinstance(retry, ModelRetry):
+            raise ConfigurationError(
+                f"ChatModelAgent {name!r}: retry must be a relaykit.ModelRetry, not "
+                f"{type(retry).__name__}"
+            )
         #: The agent's name.
         self.name = name
         #: What the agent does.
@@ -153,6 +165,8 @@ class ChatModelAgent:
         self.return_directly = frozenset(return_directly)
         #: Whether the built-in ``exit`` tool is offered.
         self.exit_tool = exit_tool
+        #: How failed model calls are retried (None: not at all).
+        self.retry = retry
         self._prepared: dict[tuple[tuple[str, str], ...], Prepared] = {}
         self._tools: tuple[Tool, ...] = ()
         self.tools = tools
@@ -232,7 +246,8 @@ class ChatModelAgent:
         Args:
             ctx: where the agent runs; its ``flow`` gives the transfer targets.
             input: the conversation (the agent appends to this list) and whether to stream.
-            **options: per-run options (none used by this agent).
+            **options: per-run options (none used by this agent: it reads what the run
+                designated to it, ``ctx.options.agent_options``).
         """
         return self._loop(ctx, input, self.max_iterations, bool(input.enable_streaming), None)
 
@@ -245,30 +260,9 @@ class ChatModelAgent:
             ctx: where the agent runs; its ``resume_state`` says which calls are targets.
             info: the agent's own resume; ``interrupt_state`` must be the
                 ``ChatModelAgentState`` it saved (``ConfigurationError`` otherwise).
-            **options: per-run options (none used by this agent).
+            **options: per-run options (as for ``run``).
         """
-        state = info.interrupt_state
-        if not isinstance(state, ChatModelAgentState):
-            raise ConfigurationError(
-                f"ChatModelAgent {self.name!r} was asked to resume with an invalid interrupt "
-                f"state of type {type(state).__name__}"
-            )
-        ids = [call.id for call in state.calls]
-        known = set(ids)
-        if (
-            len(known) != len(ids)
-            or not state.pending
-            or not set(state.pending) <= known
-            or not set(state.results) <= known
-            or any(i not in state.pending and i not in state.results for i in ids)
-            or state.return_directly_call not in (None, *ids)
-        ):
-            # A stored state whose calls, results and pending calls do not match (a corrupt
-            # or hand-edited checkpoint): refuse it rather than fail half-way through.
-            raise ConfigurationError(
-                f"ChatModelAgent {self.name!r} was asked to resume with an inconsistent "
-                "interrupt state (its tool calls, results and pending calls do not match)"
-            )
+        state = checked_state(self.name, info.interrupt_state)
         return self._loop(ctx, None, state.remaining_iterations, info.enable_streaming, state)
 
     async def _loop(
@@ -289,7 +283,17 @@ class ChatModelAgent:
             messages = input.messages
             if system is not None:
                 messages.insert(0, system)
-        model = self.model
+        designated = ctx.options.agent_options
+        mine = designated.get(self.name) if designated else None
+        model_options = None
+        if mine is not None:  # options this run designated to the agent (D28)
+            if mine.history_modifier is not None:
+                modify_history(self.name, mine.history_modifier, messages, paused)
+            model_options = mine.model_options or None
+        retry = self.retry
+        model: ChatModel = (
+            self.model if retry is None else RetryingModel(self.model, retry, self.name)
+        )
         inv = ctx.options.invocation
         hooks = inv if inv is not None and inv.plugins else None  # plugins (agents/_hooks.py)
         resumed = False
@@ -302,7 +306,11 @@ class ChatModelAgent:
                     )
                 remaining -= 1
                 # The live list: a model must copy what it keeps beyond the call.
-                request = ModelRequest(messages, prepared.specs)
+                request = (
+                    ModelRequest(messages, prepared.specs)
+                    if model_options is None
+                    else ModelRequest(messages, prepared.specs, dict(model_options))
+                )
                 reply: Message | None = None
                 if hooks is not None:
                     reply = await model_reply(hooks, self.name, model, request)
@@ -310,6 +318,13 @@ class ChatModelAgent:
                 # tool-call ids; a streamed reply's chunks stay the provider's.
                 if reply is not None:  # settled by the model hooks (not streamed)
                     yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
+                elif streaming and retry is not None:
+                    accepted: list[Message] = []
+                    attempts = stream_with_retry(self.model, request, retry, self.name, accepted)
+                    async with closing(attempts) as streamed:
+                        async for ev in streamed:
+                            yield ev
+                    reply = accepted[0]
                 elif streaming:
                     stream = ReplyStream(model.stream(request))
                     try:
