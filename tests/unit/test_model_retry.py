@@ -283,3 +283,27 @@ def test_the_retries_example_retries_the_broken_stream_and_pays_the_approved_amo
         "tool: paid 50 CHF",
         "stream: 'Payment done.'",
     ]
+
+
+async def test_in_session_mode_only_the_retried_reply_is_stored_and_read_next_turn() -> None:
+    model = FlakyStreams(
+        [
+            ([Message.assistant("Half "), Message.assistant("a")], ConnectionError("reset")),
+            ([Message.assistant("Whole answer.")], None),
+            ([Message.assistant("Second turn.")], None),
+        ]
+    )
+    agent = rk.ChatModelAgent("a", model=model, retry=rk.ModelRetry(backoff=no_wait))
+    service = rk.InMemorySessionService()
+    runner = rk.Runner(agent, streaming=True, session_service=service)
+    first = await read(runner, runner.run([Message.user("one")], user_id="u", session_id="s"))
+    assert first == [
+        ("a", "stream Half |a -> WillRetryError#1(reset)"),
+        ("a", "stream Whole answer. -> ok"),
+    ]
+    session = await service.get_session("relaykit", "u", "s")
+    assert session is not None
+    stored = [(e.author, e.message.content if e.message else None) for e in session.events]
+    assert stored == [("user", "one"), ("a", "Whole answer.")]
+    await read(runner, runner.run([Message.user("two")], user_id="u", session_id="s"))
+    assert [m.content for m in model.requests[2]] == ["one", "Whole answer.", "two"]
