@@ -854,3 +854,21 @@ async def test_a_broken_stream_is_stored_once_as_the_agents_error(service: Any) 
     assert events[-1].error is not None
     errors = [e.error for e in await stored(service) if e.error]
     assert len(errors) == 1
+
+
+async def test_an_interrupt_whose_info_cannot_be_saved_is_a_serialization_error(
+    service: Any,
+) -> None:
+    class Odd(rk.BaseAgent):
+        async def run(
+            self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+        ) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.interrupt(ctx, object())  # not something the codec can save
+
+    runner = rk.Runner(Odd("odd"), app_name=APP, session_service=service)
+    events = [ev async for ev in runner.run([rk.Message.user("hi")], user_id=USER, session_id=SID)]
+    assert [type(ev.error).__name__ for ev in events] == ["SerializationError"]
+    assert await service.get_checkpoint(APP, USER, SID) is None
+    stored_events = await stored(service)
+    assert [e.author for e in stored_events] == ["user", "odd"]
+    assert stored_events[1].error is not None and "SerializationError" in stored_events[1].error
