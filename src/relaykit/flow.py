@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 
+#: The keyword options that carry an agent's designated options (``AgentOptions`` fields).
+_DESIGNATED_KEYS = frozenset({"model_options", "tool_options", "history_modifier"})
+
 #: The author of the user's events in a session; no agent may have this name (D28).
 USER_AUTHOR = "user"
 
@@ -201,7 +204,23 @@ class FlowAgent:
             agent_input = input if input is not None else AgentInput()
         else:
             agent_input = await self.build_input(child)
+        if child.options.agent_options or options:
+            options = self._designated(child, options)
         return self.agent.run(child, agent_input, **options), None, after
+
+    def _designated(self, child: RunContext, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` for this agent's ``run``/``resume``: the run's options, without the
+        ones designated to another agent, plus this agent's own designated options
+        (``Runner.run(agent_options={name: AgentOptions(...)})``) as keyword options."""
+        mine = child.options.agent_options.get(self.name)
+        kept = {k: v for k, v in options.items() if k not in _DESIGNATED_KEYS}
+        if mine is not None:
+            kept.update(
+                model_options=mine.model_options,
+                tool_options=mine.tool_options,
+                history_modifier=mine.history_modifier,
+            )
+        return kept
 
     async def _start_resume(
         self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
@@ -228,6 +247,8 @@ class FlowAgent:
                     f"failed to resume agent: agent '{self.name}' is an interrupt point but is "
                     "not a ResumableAgent"
                 )
+            if child.options.agent_options or options:
+                options = self._designated(child, options)
             return resume(child, mine, **options), None, after
         names = state.next_points(child.address)
         if not names:

@@ -219,3 +219,31 @@ async def test_options_in_session_mode_reach_the_named_agent() -> None:
     ]
     assert [r.options for r in first.requests] == [{"seed": 7}] * 2
     assert [r.options for r in second.requests] == [{}, {}]
+
+
+class Keywords(rk.BaseAgent):
+    """A custom agent that reports the keyword options its run received."""
+
+    async def run(
+        self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any
+    ) -> AsyncIterator[rk.AgentEvent]:
+        got = {k: dict(v) for k, v in options.items() if k in ("model_options", "tool_options")}
+        yield rk.AgentEvent.from_message(Message.assistant(json.dumps(got, sort_keys=True)))
+
+
+async def test_a_custom_agent_receives_its_designated_options_as_keyword_options() -> None:
+    tree = rk.SequentialAgent("seq", [Keywords("first"), Keywords("second")])
+    result = await rk.Runner(tree).invoke(
+        "go",
+        agent_options={
+            "first": rk.AgentOptions(model_options={"depth": 2}, tool_options={"dry": True}),
+        },
+    )
+    # Only the named agent gets them; they do not leak through the workflow to the others.
+    assert [content(ev) for ev in result.events] == [
+        '{"model_options": {"depth": 2}, "tool_options": {"dry": true}}',
+        "{}",
+    ]
+    designated = {"seq": rk.AgentOptions(model_options={"x": 1})}
+    result = await rk.Runner(tree).invoke("go", agent_options=designated)
+    assert [content(ev) for ev in result.events] == ["{}", "{}"]  # the workflow's stay its own
