@@ -234,8 +234,11 @@ async def test_an_append_is_one_transaction_of_prepared_statements_without_schem
         await engine.dispose()
     one = ["UPDATE relaykit_sessions SET", "INSERT INTO relaykit_session_events"]
     upserts = ["INSERT INTO relaykit_session_state"] * (2 if sqlite else 1)  # executemany
-    begin, commit = ("BEGIN IMMEDIATE", "COMMIT") if sqlite else ("BEGIN;", "COMMIT;")
-    appends = [begin, *one, commit, begin, *one, *upserts, commit]
+    if sqlite:
+        begin, commit = "BEGIN IMMEDIATE", "COMMIT"
+        appends = [begin, *one, commit, begin, *one, *upserts, commit]
+    else:  # one statement each: the session row, the event and the state in one CTE
+        appends = ["WITH bumped AS", "WITH bumped AS"]
     assert [s for s in statements if not s.startswith("SELECT")] == appends
 
 

@@ -185,6 +185,48 @@ class _AsyncpgStatements:
         )
 
 
+#: One append without a summary, in one statement (atomic on its own, no transaction): the
+#: session row is counted first (which locks it), then the event row and the state rows are
+#: written only if the session exists. Its pk comes back; no row: no such session.
+_ONE_STATEMENT_APPEND = f"""
+WITH bumped AS (
+    UPDATE {SESSIONS_TABLE} SET last_seq = last_seq + 1, last_update_time = $2
+    WHERE session_key = $1 RETURNING pk, last_seq
+), event AS (
+    INSERT INTO {EVENTS_TABLE} (session_pk, seq, event_id, data)
+    SELECT pk, last_seq, $3, $4 FROM bumped
+), state AS (
+    INSERT INTO {STATE_TABLE} (owner, key, scope, app_name, user_id, session_id, value)
+    SELECT * FROM unnest(
+        $5::bytea[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[]
+    ) WHERE EXISTS (SELECT 1 FROM bumped)
+    ON CONFLICT (owner, key) DO UPDATE SET value = excluded.value
+)
+SELECT pk FROM bumped
+"""
+
+
+async def append_in_one_statement(conn: Any, appended: PreparedAppend) -> None:
+    """Store ``appended`` (not a compaction summary) with one statement on asyncpg's
+    connection ``conn``: one round trip."""
+    ref = appended.ref
+    rows = _state_rows(ref, appended.writes) if appended.writes else []
+    columns = [
+        [row[name] for row in rows]
+        for name in ("owner", "key", "scope", "app_name", "user_id", "session_id", "value")
+    ]
+    found = await conn.fetchval(
+        _ONE_STATEMENT_APPEND,
+        ref.owner("session"),
+        appended.now,
+        appended.event.id,
+        appended.data,
+        *columns,
+    )
+    if found is None:
+        raise ref.not_found("append an event to")
+
+
 def _compile(statement: Any, dialect: sa.Dialect, columns: list[str] | None = None) -> _Compiled:
     compiled = statement.compile(dialect=dialect, column_keys=columns)
     return str(compiled), tuple(compiled.positiontup or ())

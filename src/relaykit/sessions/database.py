@@ -31,6 +31,7 @@ from typing import Any, Self
 from relaykit.errors import ConfigurationError, SessionExistsError
 from relaykit.sessions._local_lock import KeyedLocks
 from relaykit.sessions._records import (
+    PreparedAppend,
     SessionRef,
     StateWrite,
     apply_to_session,
@@ -61,10 +62,12 @@ try:
         _AsyncpgStatements,
         _CoreStatements,
         _state_rows,
+        append_in_one_statement,
     )
     from relaykit.sessions._failures import _StorageFailures
     from relaykit.sessions._locks import _AdvisoryLocks, _file_lock, _lock_folder
-    from relaykit.sessions._sqlite_worker import SqliteWorker
+    from relaykit.sessions._pg_reads import read_turn_asyncpg
+    from relaykit.sessions._sqlite_worker import SqliteWorker, TurnRows
     from relaykit.sessions._tables import (
         _ALL_EVENTS,
         _DELETE_CHECKPOINT,
@@ -327,11 +330,24 @@ class DatabaseSessionService:
             if self._worker is not None:
                 await self._ensure_schema()
                 await self._worker.append(appended)
+            elif appended.covers is None and await self._append_in_one_statement(appended):
+                pass
             else:
                 async with self._append_transaction() as statements:
                     await _append(statements, appended)
         apply_to_session(session, appended)
         return appended.event
+
+    async def _append_in_one_statement(self, appended: PreparedAppend) -> bool:
+        """Store ``appended`` in one statement on asyncpg (PostgreSQL's common case); False
+        when the driver is not asyncpg."""
+        await self._ensure_schema()
+        async with self._engine.connect() as conn:
+            raw: Any = (await conn.get_raw_connection()).driver_connection
+            if not type(raw).__module__.startswith("asyncpg"):
+                return False
+            await append_in_one_statement(raw, appended)
+        return True
 
     @asynccontextmanager
     async def _append_transaction(self) -> AsyncIterator[_AppendStatements]:
@@ -387,6 +403,13 @@ class DatabaseSessionService:
         if self._worker is not None:
             return await self._read_turn_sqlite(ref, after)
         with _StorageFailures("read", ref, self._engine):
+            await self._ensure_schema()
+            async with self._engine.connect() as plain:
+                raw: Any = (await plain.get_raw_connection()).driver_connection
+                if type(raw).__module__.startswith("asyncpg"):
+                    owners = list(self._owners(ref).values())
+                    read = await read_turn_asyncpg(raw, ref.owner("session"), owners, after)
+                    return None if read is None else _view(ref, after, read)
             async with self._reading() as conn:
                 found = (await conn.execute(_READ_SESSION, {"key": ref.owner("session")})).first()
                 if found is None:
@@ -440,29 +463,7 @@ class DatabaseSessionService:
         with _StorageFailures("read", ref, self._engine):
             await self._ensure_schema()
             read = await self._worker.read_turn(ref.owner("session"), self._owners(ref), after)
-        if read is None:
-            return None
-        pk, last_update_time, summary_seq, _, last_seq = read.found
-        session = Session(
-            ref.app_name,
-            ref.user_id,
-            ref.session_id,
-            merged_state(((key, value) for key, value in read.state), ref),
-            [],
-            last_update_time,
-        )
-        events = [decode_event(data, event_id, ref) for _, event_id, data in read.events]
-        if read.events:
-            last_id: str | None = max(read.events, key=lambda row: row[0])[1]
-        else:
-            last_id = after.last_id if read.delta and after is not None else None
-        return TurnView(
-            session,
-            HistoryMark(pk, last_seq, summary_seq, last_id),
-            events,
-            read.delta,
-            bytes(read.pause) if read.pause is not None else None,
-        )
+        return None if read is None else _view(ref, after, read)
 
     # -- pauses -------------------------------------------------------------------------------
     async def set_checkpoint(
@@ -547,3 +548,28 @@ class DatabaseSessionService:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _view(ref: SessionRef, after: HistoryMark | None, read: TurnRows) -> TurnView:
+    """The ``TurnView`` of what a fast-path read (SQLite worker, asyncpg) returned."""
+    pk, last_update_time, summary_seq, _, last_seq = read.found
+    session = Session(
+        ref.app_name,
+        ref.user_id,
+        ref.session_id,
+        merged_state(((key, value) for key, value in read.state), ref),
+        [],
+        last_update_time,
+    )
+    events = [decode_event(data, event_id, ref) for _, event_id, data in read.events]
+    if read.events:
+        last_id: str | None = max(read.events, key=lambda row: row[0])[1]
+    else:
+        last_id = after.last_id if read.delta and after is not None else None
+    return TurnView(
+        session,
+        HistoryMark(pk, last_seq, summary_seq, last_id),
+        events,
+        read.delta,
+        bytes(read.pause) if read.pause is not None else None,
+    )
