@@ -38,6 +38,7 @@ from relaykit.options import AgentOptions, normalize_agent_options
 from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
 from relaykit.sessions.base import SessionService, validate_lock_timeout
+from relaykit.telemetry import with_tracing
 
 __all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
 
@@ -192,7 +193,8 @@ class Runner:
                 f"session_service must implement SessionService, not "
                 f"{type(session_service).__name__}"
             )
-        manager = PluginManager(list(plugins))
+        # Tracing on (relaykit.telemetry.enable() or RELAYKIT_TRACING=1): a TracingPlugin last.
+        manager = PluginManager(with_tracing(plugins, agent))
         if checkpoint_store is not None:
             missing = [
                 m for m in _STORE_METHODS if not callable(getattr(checkpoint_store, m, None))
