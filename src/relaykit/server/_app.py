@@ -1,0 +1,405 @@
+"""``create_app``: the FastAPI application serving a session-mode Runner (docs/http-server.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from relaykit._tree import unwrap_layers
+from relaykit.errors import (
+    CheckpointBusyError,
+    CheckpointNotFoundError,
+    ConfigurationError,
+    RelayKitError,
+    ResumeTargetError,
+    SerializationError,
+    SessionBusyError,
+    SessionExistsError,
+    SessionNotFoundError,
+    SessionStoreError,
+)
+from relaykit.runner import Runner
+from relaykit.server._models import (
+    AgentOut,
+    ChunkOut,
+    CreateSessionIn,
+    ErrorOut,
+    EventOut,
+    HealthOut,
+    ResumeIn,
+    RunResultOut,
+    SessionDetailOut,
+    SessionOut,
+    TurnIn,
+    TurnResultOut,
+)
+from relaykit.server._turns import KEEPALIVE_SECONDS, Turn
+from relaykit.sessions.base import (
+    Session,
+    SessionService,
+    validate_session_name,
+    validate_state_key,
+)
+
+__all__ = ["DEV_USER", "ApiError", "create_app"]
+
+#: The user of every request when the server has no API keys (single-user dev mode).
+DEV_USER = "dev"
+
+#: HTTP status of each relaykit error a request can cause; others are 500.
+_STATUS: dict[type[BaseException], int] = {
+    SessionNotFoundError: 404,
+    SessionBusyError: 409,
+    SessionExistsError: 409,
+    CheckpointNotFoundError: 409,
+    CheckpointBusyError: 409,
+    ResumeTargetError: 422,
+    ConfigurationError: 422,
+    SerializationError: 422,
+    SessionStoreError: 503,
+}
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422)
+}
+_TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    200: {
+        "model": TurnResultOut,
+        "description": (
+            "`text/event-stream` by default: `agent_event` (an EventOut), `chunk` (a ChunkOut), "
+            'then `done` (a RunResultOut). With `"stream": false`: one TurnResultOut.'
+        ),
+        "content": {
+            "text/event-stream": {
+                "schema": {
+                    "type": "string",
+                    "description": "Each `data:` line is one of these, by `event:` name.",
+                    "x-sse-events": {
+                        name: {"$ref": f"#/components/schemas/{model.__name__}"}
+                        for name, model in (
+                            ("agent_event", EventOut),
+                            ("chunk", ChunkOut),
+                            ("done", RunResultOut),
+                        )
+                    },
+                }
+            }
+        },
+    },
+}
+
+
+class ApiError(Exception):
+    """An error response: ``{"error": {"type", "message"}}`` with ``status``."""
+
+    def __init__(self, status: int, type_: str, message: str) -> None:
+        super().__init__(message)
+        #: The HTTP status.
+        self.status = status
+        #: The error's type: a relaykit error class name, or the API's own kind.
+        self.type = type_
+        #: What went wrong.
+        self.message = message
+
+
+def _error(status: int, type_: str, message: str, **headers: str) -> JSONResponse:
+    body = ErrorOut.model_validate({"error": {"type": type_, "message": message}})
+    return JSONResponse(body.model_dump(), status_code=status, headers=headers or None)
+
+
+def _from_exception(exc: BaseException) -> ApiError:
+    """The response for an exception a request raised before any event."""
+    if isinstance(exc, ApiError):
+        return exc
+    for kind, status in _STATUS.items():
+        if isinstance(exc, kind):
+            return ApiError(status, type(exc).__name__, str(exc))
+    name = type(exc).__name__ if isinstance(exc, RelayKitError) else "internal_error"
+    return ApiError(500, name, str(exc) or name)
+
+
+def _agent_tree(agent: Any, seen: set[int] | None = None) -> AgentOut:
+    """``agent`` and its sub-agents (through wrapper layers)."""
+    seen = set() if seen is None else seen
+    seen.add(id(agent))
+    children: list[AgentOut] = []
+    for layer in unwrap_layers(agent):  # the sub-agents sit on one of the layers
+        for child in getattr(layer, "sub_agents", None) or ():
+            if id(child) not in seen:
+                children.append(_agent_tree(child, seen))
+    layers = unwrap_layers(agent)
+    description = next((d for d in (getattr(x, "description", "") for x in layers) if d), "")
+    return AgentOut(
+        name=str(getattr(agent, "name", "")),
+        description=str(description),
+        kind=type(layers[-1]).__name__,  # the agent's own class, under framework wrappers
+        children=children,
+    )
+
+
+def _caller(request: Request) -> str:
+    """The user a request is from: its API key's (401 without a known one), else ``dev``."""
+    keys: dict[str, str] | None = request.app.state.api_keys
+    if keys is None:
+        return DEV_USER
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, "unauthorized", "send Authorization: Bearer <api key>")
+    given = key.strip().encode()
+    for known, user in keys.items():
+        if hmac.compare_digest(given, known.encode()):
+            return user
+    raise ApiError(401, "unauthorized", "unknown API key")
+
+
+#: The caller's user id, as a route parameter.
+User = Annotated[str, Depends(_caller)]
+
+
+def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> FastAPI:
+    """The HTTP API of ``runner``, a FastAPI (ASGI) application.
+
+    Serve it with any ASGI server (``uvicorn module:app``). Running turns are kept in
+    ``app.state.turns`` (a set of tasks) and awaited when the app shuts down.
+
+    Args:
+        runner: a session-mode Runner (``Runner(..., session_service=...)``), else
+            ``ConfigurationError``.
+        api_keys: API key to user id; a request sends ``Authorization: Bearer <key>``. None:
+            single-user dev mode, every request is user ``dev``.
+
+    >>> import relaykit as rk
+    >>> agent = rk.ChatModelAgent("helper", model=rk.ScriptedModel([]))
+    >>> app = create_app(rk.Runner(agent, session_service=rk.InMemorySessionService()))
+    >>> sorted(r.path for r in app.routes if r.path.startswith("/sessions"))[:2]
+    ['/sessions', '/sessions']
+    """
+    if not isinstance(runner, Runner):
+        raise ConfigurationError(f"create_app takes a Runner, not {type(runner).__name__}")
+    if runner.session_service is None:
+        raise ConfigurationError(
+            "the HTTP API serves sessions: create_app(Runner(agent, session_service=...))"
+        )
+    keys = dict(api_keys) if api_keys is not None else None
+    if keys is not None:
+        if not keys:
+            raise ConfigurationError("api_keys is empty: give at least one key, or None")
+        for key, user in keys.items():
+            if not isinstance(key, str) or not key:
+                raise ConfigurationError("every API key must be a non-empty str")
+            try:
+                validate_session_name(user, "the user id of an API key")
+            except SessionStoreError as exc:
+                raise ConfigurationError(str(exc)) from None
+    service: SessionService = runner.session_service
+    app_name = runner.app_name
+    tasks: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if tasks:  # let running turns end (and be stored) before the process goes
+            await asyncio.wait(set(tasks))
+
+    app = FastAPI(
+        title=f"relaykit: {app_name}",
+        description="Sessions and turns of a relaykit agent tree.",
+        lifespan=lifespan,
+    )
+    app.state.turns = tasks
+    app.state.api_keys = keys
+
+    async def owned(user: str, session_id: str) -> Session:
+        """The caller's session, else 404 (another user's is not found either)."""
+        try:
+            validate_session_name(session_id, "session_id")
+        except SessionStoreError:
+            session = None
+        else:
+            session = await service.get_session(app_name, user, session_id)
+        if session is None:
+            raise ApiError(404, "SessionNotFoundError", f"no session {session_id!r}")
+        return session
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+        return _error(exc.status, exc.type, exc.message, **extra)
+
+    @app.exception_handler(RelayKitError)
+    async def _relaykit_error(_: Request, exc: RelayKitError) -> JSONResponse:
+        err = _from_exception(exc)
+        return _error(err.status, err.type, err.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = list(exc.errors())
+        if any(p.get("type") == "json_invalid" for p in problems):
+            return _error(400, "validation_error", "the request body is not valid JSON")
+        text = "; ".join(
+            f"{'.'.join(str(x) for x in p.get('loc', ()))}: {p.get('msg', '')}" for p in problems
+        )
+        return _error(422, "validation_error", text or "invalid request")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, kind, str(exc.detail))
+
+    @app.get("/health", response_model=HealthOut)
+    async def health() -> HealthOut:
+        """Whether the server is up."""
+        return HealthOut()
+
+    @app.get("/agent", response_model=AgentOut, responses=_ERRORS)
+    async def agent(_: User) -> AgentOut:
+        """The agent tree the sessions run."""
+        return _agent_tree(runner.agent)
+
+    @app.post("/sessions", status_code=201, response_model=SessionOut, responses=_ERRORS)
+    async def create_session(body: CreateSessionIn, user: User) -> SessionOut:
+        """Create a session (its id generated when not given)."""
+        try:
+            if body.session_id is not None:
+                validate_session_name(body.session_id, "session_id")
+            for key in body.state or {}:
+                validate_state_key(key)
+        except SessionStoreError as exc:
+            raise ApiError(422, "validation_error", str(exc)) from None
+        session = await service.create_session(app_name, user, body.session_id, body.state)
+        return SessionOut.of(session)
+
+    @app.get("/sessions", response_model=list[SessionOut], responses=_ERRORS)
+    async def list_sessions(user: User) -> list[SessionOut]:
+        """The caller's sessions, oldest first (without events)."""
+        return [SessionOut.of(s) for s in await service.list_sessions(app_name, user)]
+
+    @app.get("/sessions/{session_id}", response_model=SessionDetailOut, responses=_ERRORS)
+    async def get_session(session_id: str, user: User) -> SessionDetailOut:
+        """The session with its state and every stored event."""
+        return SessionDetailOut.of_full(await owned(user, session_id))
+
+    @app.delete("/sessions/{session_id}", status_code=204, responses=_ERRORS)
+    async def delete_session(session_id: str, user: User) -> Response:
+        """Delete the session, its events and its pause."""
+        await owned(user, session_id)
+        await service.delete_session(app_name, user, session_id)
+        return Response(status_code=204)
+
+    @app.get("/sessions/{session_id}/events", response_model=list[EventOut], responses=_ERRORS)
+    async def list_events(
+        session_id: str,
+        user: User,
+        after: Annotated[str | None, Query(description="An event id: the events after it.")] = None,
+    ) -> list[EventOut]:
+        """The session's stored events, all or those after ``after``."""
+        events = (await owned(user, session_id)).events
+        if after is not None:
+            index = next((i for i, e in enumerate(events) if e.id == after), None)
+            if index is None:
+                raise ApiError(422, "validation_error", f"no event {after!r} in this session")
+            events = events[index + 1 :]
+        return [EventOut.of_stored(e) for e in events]
+
+    async def respond(
+        session_id: str, user: User, start: Callable[[], Any], stream: bool
+    ) -> Response:
+        session = await owned(user, session_id)
+        try:
+            events = start()  # a bad call raises here, before anything is stored
+        except (ConfigurationError, SessionStoreError, SerializationError, TypeError) as exc:
+            raise ApiError(422, type(exc).__name__, str(exc)) from None
+        turn = Turn(
+            events,
+            service=service,
+            app_name=app_name,
+            user_id=user,
+            session_id=session_id,
+            seen=len(session.events),
+            root_name=runner.agent.name,
+            tasks=tasks,
+        )
+        first = await turn.first()
+        if first.kind == "failed":
+            assert first.error is not None
+            raise _from_exception(first.error)
+        if not stream:
+            collected = [first]
+            async for item in turn.items():
+                assert item is not None
+                collected.append(item)
+            last = collected[-1]
+            if last.kind == "failed" or last.result is None:
+                raise _from_exception(last.error or RuntimeError("the turn was cancelled"))
+            out = TurnResultOut(
+                **last.result.model_dump(),
+                events=[i.event for i in collected if i.event is not None],
+            )
+            return JSONResponse(out.model_dump(mode="json"))
+
+        async def body() -> AsyncIterator[str]:
+            yield first.sse()
+            async for item in turn.items(keepalive=KEEPALIVE_SECONDS):
+                if item is None:
+                    yield ": keepalive\n\n"
+                elif item.kind != "failed":
+                    yield item.sse()
+
+        return StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    @app.post("/sessions/{session_id}/turns", response_model=None, responses=_TURN_RESPONSES)
+    async def run_turn(session_id: str, body: TurnIn, user: User) -> Response:
+        """Run one turn: the user's text, or messages (tool responses answer a pause)."""
+        messages = body.to_messages()
+        return await respond(
+            session_id,
+            user,
+            lambda: runner.run(
+                messages, user_id=user, session_id=session_id, state_delta=body.state_delta
+            ),
+            body.stream,
+        )
+
+    @app.post("/sessions/{session_id}/resume", response_model=None, responses=_TURN_RESPONSES)
+    async def resume(session_id: str, body: ResumeIn, user: User) -> Response:
+        """Continue the session's paused invocation (every point, or ``targets``)."""
+        return await respond(
+            session_id,
+            user,
+            lambda: runner.resume(user_id=user, session_id=session_id, targets=body.targets),
+            body.stream,
+        )
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document plus the models the event stream sends."""
+        if app.openapi_schema is None:
+            document = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+            )
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for model in (EventOut, ChunkOut, RunResultOut):
+                found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(found.pop("$defs", {}))
+                schemas.setdefault(model.__name__, found)
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

@@ -1,0 +1,354 @@
+"""The HTTP API's bodies (Pydantic v2 models) and the conversions from relaykit's types.
+
+Requests forbid unknown fields, so a typo is a 422 instead of a silently ignored option.
+Every value the application owns (state, interrupt info, custom actions) goes out through
+``jsonable``: JSON as it is, anything else as FastAPI's encoder makes it, else its ``str``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Literal
+
+from fastapi.encoders import jsonable_encoder
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from relaykit.events import AgentAction, AgentEvent
+from relaykit.messages import Message
+from relaykit.resume import InterruptInfo
+from relaykit.sessions.base import Session, SessionEvent
+
+__all__ = [
+    "ActionOut",
+    "AgentOut",
+    "ChunkOut",
+    "CreateSessionIn",
+    "ErrorDetail",
+    "ErrorOut",
+    "EventOut",
+    "HealthOut",
+    "InterruptOut",
+    "InterruptPointOut",
+    "MessageIn",
+    "MessageOut",
+    "ResumeIn",
+    "RunResultOut",
+    "SessionDetailOut",
+    "SessionOut",
+    "ToolCallOut",
+    "TurnIn",
+    "TurnResultOut",
+    "jsonable",
+]
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as JSON-compatible data (application values are ``Any``).
+
+    >>> jsonable({"n": 1, "when": {2, 1}})
+    {'n': 1, 'when': [1, 2]}
+    """
+    if isinstance(value, set | frozenset):
+        try:
+            value = sorted(value)
+        except TypeError:
+            value = list(value)
+    try:
+        return jsonable_encoder(value)
+    except Exception:
+        return str(value)
+
+
+def _as_text(value: Any) -> str:
+    """An interrupt's info as a string: a ``str`` as it is, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(jsonable(value), ensure_ascii=False)
+
+
+# -- requests ------------------------------------------------------------------------------
+class CreateSessionIn(BaseModel):
+    """``POST /sessions``: the new session's id (generated when absent) and first state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str | None = Field(default=None, description="The id; a uuid4 hex when absent.")
+    state: dict[str, Any] | None = Field(
+        default=None, description="Initial state, keys prefixed `app:`, `user:` or none."
+    )
+
+
+class MessageIn(BaseModel):
+    """One message of a turn: the user's text, or a tool response answering a pause."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["user", "tool"]
+    content: str
+    tool_call_id: str | None = Field(
+        default=None, description="For a tool response: the call it answers."
+    )
+
+    def to_message(self) -> Message:
+        """The relaykit ``Message``."""
+        if self.role == "tool":
+            return Message.tool(self.content, tool_call_id=self.tool_call_id)
+        return Message.user(self.content)
+
+
+class TurnIn(BaseModel):
+    """``POST /sessions/{id}/turns``: ``text`` or ``messages`` (exactly one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | None = Field(default=None, description="One user message.")
+    messages: list[MessageIn] | None = Field(
+        default=None, description="User messages and tool responses (answers to a pause)."
+    )
+    state_delta: dict[str, Any] | None = Field(
+        default=None, description="State changes stored with the user's event."
+    )
+    stream: bool = Field(default=True, description="Server-sent events; false: one JSON body.")
+
+    @model_validator(mode="after")
+    def _one_input(self) -> TurnIn:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("give exactly one of text and messages")
+        if self.messages is not None and not self.messages:
+            raise ValueError("messages must not be empty")
+        return self
+
+    def to_messages(self) -> list[Message]:
+        """The turn's relaykit messages."""
+        if self.text is not None:
+            return [Message.user(self.text)]
+        return [m.to_message() for m in self.messages or ()]
+
+
+class ResumeIn(BaseModel):
+    """``POST /sessions/{id}/resume``: answers by interrupt id (every point when absent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    targets: dict[str, Any] | None = Field(
+        default=None, description="Interrupt id to the data its agent reads on resume."
+    )
+    stream: bool = Field(default=True, description="Server-sent events; false: one JSON body.")
+
+
+# -- responses -----------------------------------------------------------------------------
+class HealthOut(BaseModel):
+    """``GET /health``."""
+
+    status: Literal["ok"] = "ok"
+
+
+class AgentOut(BaseModel):
+    """One agent of the tree (``GET /agent``)."""
+
+    name: str
+    description: str
+    kind: str = Field(description="The agent's class name.")
+    children: list[AgentOut] = Field(default_factory=list)
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: the relaykit error class name (or ``validation_error``...)."""
+
+    type: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    """Every error response: ``{"error": {"type", "message"}}``."""
+
+    error: ErrorDetail
+
+
+class ToolCallOut(BaseModel):
+    """A tool call of an assistant message (``arguments`` is JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class MessageOut(BaseModel):
+    """An event's message."""
+
+    role: str
+    content: str
+    tool_calls: list[ToolCallOut] = Field(default_factory=list)
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+
+    @classmethod
+    def of(cls, message: Message) -> MessageOut:
+        """The message as the API shows it."""
+        calls = [
+            ToolCallOut(id=c.id, name=c.name, arguments=c.arguments) for c in message.tool_calls
+        ]
+        return cls(
+            role=message.role,
+            content=message.content,
+            tool_calls=calls,
+            tool_call_id=message.tool_call_id,
+            tool_name=message.tool_name,
+        )
+
+
+class InterruptPointOut(BaseModel):
+    """One waiting point of a pause: answer it by ``id`` (resume ``targets``)."""
+
+    id: str
+    info: str = Field(description="What the agent asked (JSON text when not a string).")
+    address: list[str] = Field(description="Where it waits: `agent:<name>`, `tool:<name>:<id>`.")
+
+
+class InterruptOut(BaseModel):
+    """A pause: its waiting points."""
+
+    contexts: list[InterruptPointOut]
+
+    @classmethod
+    def of(cls, info: InterruptInfo) -> InterruptOut:
+        """The interrupt as the API shows it."""
+        return cls(
+            contexts=[
+                InterruptPointOut(
+                    id=str(p.id), info=_as_text(p.info), address=[str(s) for s in p.address]
+                )
+                for p in info.contexts
+            ]
+        )
+
+
+class ActionOut(BaseModel):
+    """What an event asked the framework to do."""
+
+    exit: bool = False
+    transfer_to_agent: str | None = None
+    break_loop: bool = False
+    interrupted: InterruptOut | None = None
+    custom: Any = None
+
+    @classmethod
+    def of(cls, action: AgentAction) -> ActionOut:
+        """The action as the API shows it."""
+        transfer = action.transfer_to_agent
+        interrupted = action.interrupted
+        return cls(
+            exit=action.exit,
+            transfer_to_agent=transfer.dest_agent_name if transfer is not None else None,
+            break_loop=action.break_loop is not None,
+            interrupted=InterruptOut.of(interrupted)
+            if interrupted is not None and interrupted.contexts
+            else None,
+            custom=jsonable(action.custom),
+        )
+
+
+class EventOut(BaseModel):
+    """One event of a session, as stored (``id`` is the stored id, usable as ``after``)."""
+
+    id: str
+    invocation_id: str
+    author: str = Field(description="`user`, or the agent that produced the event.")
+    agent_name: str = Field(description="The agent that produced the event; empty for `user`.")
+    run_path: list[str]
+    timestamp: float
+    message: MessageOut | None = None
+    action: ActionOut | None = None
+    error: str | None = Field(default=None, description="`<ErrorClass>: <message>`.")
+    state_delta: dict[str, Any] = Field(default_factory=dict)
+
+    @classmethod
+    def of_stored(cls, event: SessionEvent) -> EventOut:
+        """A stored session event."""
+        return cls(
+            id=event.id,
+            invocation_id=event.invocation_id,
+            author=event.author,
+            agent_name="" if event.author == "user" else event.author,
+            run_path=list(event.run_path),
+            timestamp=event.timestamp,
+            message=MessageOut.of(event.message) if event.message is not None else None,
+            action=ActionOut.of(event.action) if event.action is not None else None,
+            error=event.error,
+            state_delta=jsonable(event.state_delta),
+        )
+
+    @classmethod
+    def of_delivered(
+        cls, event: AgentEvent, invocation_id: str, timestamp: float, message: Message | None
+    ) -> EventOut:
+        """An event the Runner delivered but did not store (an agent tool's inner event, an
+        error that could not be stored): its id is generated here."""
+        error = event.error
+        return cls(
+            id=uuid.uuid4().hex,
+            invocation_id=invocation_id,
+            author=event.agent_name,
+            agent_name=event.agent_name,
+            run_path=[step.agent_name for step in event.run_path],
+            timestamp=timestamp,
+            message=MessageOut.of(message) if message is not None else None,
+            action=ActionOut.of(event.action) if event.action is not None else None,
+            error=f"{type(error).__name__}: {error}" if error is not None else None,
+            state_delta=jsonable(event.state_delta or {}),
+        )
+
+
+class ChunkOut(BaseModel):
+    """A piece of a message while it streams (``event: chunk``)."""
+
+    event_id: str = Field(description="Generated by the server for the streamed message.")
+    delta: str
+
+
+class RunResultOut(BaseModel):
+    """How a turn ended (``event: done``)."""
+
+    output: str | None = Field(description="The text of the last message an agent delivered.")
+    interrupt: InterruptOut | None = Field(description="Set when the turn paused.")
+    session_id: str
+
+
+class TurnResultOut(RunResultOut):
+    """A turn run with ``"stream": false``: the summary and the turn's events."""
+
+    events: list[EventOut]
+
+
+class SessionOut(BaseModel):
+    """A session without its events."""
+
+    id: str
+    app_name: str
+    user_id: str
+    state: dict[str, Any]
+    last_update_time: float
+
+    @classmethod
+    def of(cls, session: Session) -> SessionOut:
+        """The session as the API shows it (no events)."""
+        return cls(
+            id=session.id,
+            app_name=session.app_name,
+            user_id=session.user_id,
+            state=jsonable(session.state),
+            last_update_time=session.last_update_time,
+        )
+
+
+class SessionDetailOut(SessionOut):
+    """A session with its state and every stored event."""
+
+    events: list[EventOut]
+
+    @classmethod
+    def of_full(cls, session: Session) -> SessionDetailOut:
+        """The session with its events."""
+        base = SessionOut.of(session)
+        return cls(**base.model_dump(), events=[EventOut.of_stored(e) for e in session.events])

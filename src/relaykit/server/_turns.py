@@ -1,0 +1,202 @@
+"""One turn run by the HTTP API: a background task feeding a queue the response reads.
+
+The task owns the turn: a client that goes away stops reading the queue, never the turn, which
+runs to its end and is stored (docs/http-server.md#disconnects). The events it publishes are the
+session's *stored* events (read back after each event the Runner delivers, so their ids are the
+ids ``/events?after=`` takes), plus the chunks of a message while it streams and the few
+events the Runner delivers without storing them (an agent tool's inner events, an error that
+could not be stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from relaykit._aio import closing
+from relaykit.events import AgentEvent
+from relaykit.messages import Message
+from relaykit.resume import InterruptInfo
+from relaykit.server._models import ChunkOut, EventOut, InterruptOut, RunResultOut
+from relaykit.sessions.base import SessionService
+
+__all__ = ["Item", "Turn"]
+
+#: How often an idle event stream sends an SSE comment, so proxies keep the connection.
+KEEPALIVE_SECONDS = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing the turn published: an event, a chunk, the end, or a failure before the
+    first event (then the response is an HTTP error)."""
+
+    kind: Literal["agent_event", "chunk", "done", "failed"]
+    event: EventOut | None = None
+    chunk: ChunkOut | None = None
+    result: RunResultOut | None = None
+    error: BaseException | None = None
+
+    def sse(self) -> str:
+        """The item as one server-sent event."""
+        body = self.event or self.chunk or self.result
+        assert body is not None
+        return f"event: {self.kind}\ndata: {body.model_dump_json()}\n\n"
+
+
+class Turn:
+    """Runs ``events`` (a Runner turn, not yet iterated) in a task; ``items`` yields what it
+    publishes.
+
+    Args:
+        events: the turn's event stream (``runner.run(...)`` or ``runner.resume(...)``).
+        service: the Runner's session service, to read the stored events back.
+        app_name: the Runner's app.
+        user_id: the caller.
+        session_id: the session.
+        seen: how many events the session held before the turn (read by the caller).
+        root_name: the root agent's name, the author of an error the turn raised.
+        tasks: where the running task is kept until it ends (not garbage-collected, and
+            awaitable at shutdown).
+    """
+
+    def __init__(
+        self,
+        events: AsyncIterator[AgentEvent],
+        *,
+        service: SessionService,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        seen: int,
+        root_name: str,
+        tasks: set[asyncio.Task[None]],
+    ) -> None:
+        self._events = events
+        self._service = service
+        self._ref = (app_name, user_id, session_id)
+        self._seen = seen
+        self._root = root_name
+        self._queue: asyncio.Queue[Item] = asyncio.Queue()
+        self._invocation_id = ""
+        self.task: asyncio.Task[None] = asyncio.get_running_loop().create_task(self._run())
+        tasks.add(self.task)
+        discard: Callable[[asyncio.Task[None]], None] = tasks.discard
+        self.task.add_done_callback(discard)
+
+    async def first(self) -> Item:
+        """The first item: ``failed`` when the turn could not start."""
+        return await self._queue.get()
+
+    async def items(self, *, keepalive: float | None = None) -> AsyncIterator[Item | None]:
+        """The items after the first, up to ``done``; None every ``keepalive`` idle seconds."""
+        while True:
+            try:
+                if keepalive is None:
+                    item = await self._queue.get()
+                else:
+                    item = await asyncio.wait_for(self._queue.get(), keepalive)
+            except TimeoutError:
+                yield None
+                continue
+            yield item
+            if item.kind in ("done", "failed"):
+                return
+
+    def _put(self, item: Item) -> None:
+        self._queue.put_nowait(item)
+
+    async def _publish_stored(self) -> list[EventOut]:
+        """Publish the events stored since the last look; return them."""
+        session = await self._service.get_session(*self._ref)
+        if session is None:  # deleted while the turn ran
+            return []
+        new = session.events[self._seen :]
+        self._seen = len(session.events)
+        out = [EventOut.of_stored(event) for event in new]
+        for event in out:
+            if event.author != "user" or not self._invocation_id:
+                self._invocation_id = event.invocation_id
+            self._put(Item("agent_event", event=event))
+        return out
+
+    async def _run(self) -> None:
+        started = False
+        output: str | None = None
+        interrupt: InterruptInfo | None = None
+        try:
+            async with closing(self._events) as events:
+                async for ev in events:
+                    started = True
+                    new = await self._publish_stored()
+                    out = ev.output
+                    message: Message | None = None
+                    if out is not None and out.stream is not None:
+                        message = await self._stream(ev)
+                    elif out is not None:
+                        message = out.message
+                    stored = bool(new) and new[-1].author == ev.agent_name
+                    streamed = out is not None and out.stream is not None
+                    if ev.internal or (not streamed and not stored):
+                        self._put(
+                            Item(
+                                "agent_event",
+                                event=EventOut.of_delivered(
+                                    ev, self._invocation_id, time.time(), message
+                                ),
+                            )
+                        )
+                    if message is not None and not ev.internal:
+                        output = message.content
+                    action = ev.action
+                    if (
+                        action is not None
+                        and action.interrupted is not None
+                        and action.interrupted.contexts
+                        and not ev.internal
+                    ):
+                        interrupt = action.interrupted
+            await self._publish_stored()
+        except Exception as exc:
+            if not started:
+                self._put(Item("failed", error=exc))
+                return
+            failure = AgentEvent(self._root, (), error=exc)
+            self._put(
+                Item(
+                    "agent_event",
+                    event=EventOut.of_delivered(failure, self._invocation_id, time.time(), None),
+                )
+            )
+        except BaseException as exc:  # cancelled (shutdown): report it if anyone listens
+            self._put(Item("failed", error=exc))
+            raise
+        if not started:  # a turn that delivered nothing (possible with plugins)
+            await self._publish_stored()
+        self._put(
+            Item(
+                "done",
+                result=RunResultOut(
+                    output=output,
+                    interrupt=InterruptOut.of(interrupt) if interrupt is not None else None,
+                    session_id=self._ref[2],
+                ),
+            )
+        )
+
+    async def _stream(self, ev: AgentEvent) -> Message | None:
+        """Publish a streamed message's chunks; the whole message (None if it broke)."""
+        assert ev.output is not None and ev.output.stream is not None
+        stream = ev.output.stream
+        event_id = uuid.uuid4().hex
+        try:
+            async for chunk in stream:
+                if chunk.content:
+                    self._put(Item("chunk", chunk=ChunkOut(event_id=event_id, delta=chunk.content)))
+            return await stream.collect()
+        except Exception:
+            return None  # the agent's own error event reports a broken stream
