@@ -14,7 +14,6 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from relaykit._tree import unwrap_layers
 from relaykit.errors import (
     CheckpointBusyError,
     CheckpointNotFoundError,
@@ -41,6 +40,7 @@ from relaykit.server._models import (
     SessionOut,
     TurnIn,
     TurnResultOut,
+    agent_tree,
 )
 from relaykit.server._turns import KEEPALIVE_SECONDS, Turn
 from relaykit.sessions.base import (
@@ -126,25 +126,6 @@ def _from_exception(exc: BaseException) -> ApiError:
             return ApiError(status, type(exc).__name__, str(exc))
     name = type(exc).__name__ if isinstance(exc, RelayKitError) else "internal_error"
     return ApiError(500, name, str(exc) or name)
-
-
-def _agent_tree(agent: Any, seen: set[int] | None = None) -> AgentOut:
-    """``agent`` and its sub-agents (through wrapper layers)."""
-    seen = set() if seen is None else seen
-    seen.add(id(agent))
-    children: list[AgentOut] = []
-    for layer in unwrap_layers(agent):  # the sub-agents sit on one of the layers
-        for child in getattr(layer, "sub_agents", None) or ():
-            if id(child) not in seen:
-                children.append(_agent_tree(child, seen))
-    layers = unwrap_layers(agent)
-    description = next((d for d in (getattr(x, "description", "") for x in layers) if d), "")
-    return AgentOut(
-        name=str(getattr(agent, "name", "")),
-        description=str(description),
-        kind=type(layers[-1]).__name__,  # the agent's own class, under framework wrappers
-        children=children,
-    )
 
 
 def _caller(request: Request) -> str:
@@ -264,7 +245,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
     @app.get("/agent", response_model=AgentOut, responses=_ERRORS)
     async def agent(_: User) -> AgentOut:
         """The agent tree the sessions run."""
-        return _agent_tree(runner.agent)
+        return agent_tree(runner.agent)
 
     @app.post("/sessions", status_code=201, response_model=SessionOut, responses=_ERRORS)
     async def create_session(body: CreateSessionIn, user: User) -> SessionOut:

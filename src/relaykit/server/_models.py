@@ -14,6 +14,7 @@ from typing import Any, Literal
 from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from relaykit._tree import unwrap_layers
 from relaykit.events import AgentAction, AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
@@ -39,6 +40,7 @@ __all__ = [
     "ToolCallOut",
     "TurnIn",
     "TurnResultOut",
+    "agent_tree",
     "jsonable",
 ]
 
@@ -352,3 +354,22 @@ class SessionDetailOut(SessionOut):
         """The session with its events."""
         base = SessionOut.of(session)
         return cls(**base.model_dump(), events=[EventOut.of_stored(e) for e in session.events])
+
+
+def agent_tree(agent: Any, seen: set[int] | None = None) -> AgentOut:
+    """``agent`` and its sub-agents (through wrapper layers)."""
+    seen = set() if seen is None else seen
+    seen.add(id(agent))
+    children: list[AgentOut] = []
+    for layer in unwrap_layers(agent):  # the sub-agents sit on one of the layers
+        for child in getattr(layer, "sub_agents", None) or ():
+            if id(child) not in seen:
+                children.append(agent_tree(child, seen))
+    layers = unwrap_layers(agent)
+    description = next((d for d in (getattr(x, "description", "") for x in layers) if d), "")
+    return AgentOut(
+        name=str(getattr(agent, "name", "")),
+        description=str(description),
+        kind=type(layers[-1]).__name__,  # the agent's own class, under framework wrappers
+        children=children,
+    )
