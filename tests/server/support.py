@@ -57,7 +57,7 @@ class Gate(rk.BaseAgent):
         yield rk.AgentEvent.from_message(Message.assistant("second"))
 
 
-def desk(*, streaming: bool = False) -> rk.Runner:
+def desk(*, streaming: bool = False, service: Any = None) -> rk.Runner:
     """triage transfers to orders, which answers; then orders asks a manager (a pause)."""
     triage = rk.ChatModelAgent(
         "triage", "routes questions", "Route.", model=rk.ScriptedModel([transfer("orders")])
@@ -77,7 +77,10 @@ def desk(*, streaming: bool = False) -> rk.Runner:
     )
     root = rk.set_sub_agents(triage, [orders])
     return rk.Runner(
-        root, app_name="shop", session_service=rk.InMemorySessionService(), streaming=streaming
+        root,
+        app_name="shop",
+        session_service=service if service is not None else rk.InMemorySessionService(),
+        streaming=streaming,
     )
 
 

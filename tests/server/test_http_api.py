@@ -66,7 +66,18 @@ async def test_sessions_crud() -> None:
 
 
 async def test_a_streamed_transfer_turn() -> None:
-    async with client(desk()) as http:
+    await _streamed_transfer_turn(desk())
+
+
+async def test_a_streamed_transfer_turn_on_a_database(database_url: str) -> None:
+    from relaykit.sessions.database import DatabaseSessionService
+
+    async with DatabaseSessionService(database_url) as service:
+        await _streamed_transfer_turn(desk(service=service))
+
+
+async def _streamed_transfer_turn(runner: rk.Runner) -> None:
+    async with client(runner) as http:
         await http.post("/sessions", json={"session_id": "s1"})
         events = await turn(http, "s1", {"text": "Where is order 7?", "state_delta": {"k": 1}})
         assert _kinds(events)[-1] == "done"

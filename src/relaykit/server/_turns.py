@@ -22,7 +22,7 @@ from relaykit.events import AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
 from relaykit.server._models import ChunkOut, EventOut, InterruptOut, RunResultOut
-from relaykit.sessions.base import SessionService
+from relaykit.sessions.base import HistoryMark, SessionEvent, SessionService
 
 __all__ = ["Item", "Turn"]
 
@@ -80,6 +80,9 @@ class Turn:
         self._service = service
         self._ref = (app_name, user_id, session_id)
         self._seen = seen
+        # Where the last read of the session ended, for a service that can read only what was
+        # stored since (``read_turn``): each look then costs the new events, not the session.
+        self._mark: HistoryMark | None = None
         self._root = root_name
         self._queue: asyncio.Queue[Item] = asyncio.Queue()
         self._invocation_id = ""
@@ -112,11 +115,25 @@ class Turn:
 
     async def _publish_stored(self) -> list[EventOut]:
         """Publish the events stored since the last look; return them."""
-        session = await self._service.get_session(*self._ref)
-        if session is None:  # deleted while the turn ran
-            return []
-        new = session.events[self._seen :]
-        self._seen = len(session.events)
+        read_turn = getattr(self._service, "read_turn", None)
+        new: list[SessionEvent] | None = None
+        if read_turn is not None and self._mark is not None:
+            view = await read_turn(*self._ref, after=self._mark)
+            if view is None:  # deleted while the turn ran
+                return []
+            if view.delta:
+                new = view.events
+                self._mark = view.mark
+                self._seen += len(new)
+        if new is None:
+            session = await self._service.get_session(*self._ref)
+            if session is None:  # deleted while the turn ran
+                return []
+            new = session.events[self._seen :]
+            self._seen = len(session.events)
+            if read_turn is not None:  # a mark to read on from next time
+                view = await read_turn(*self._ref)
+                self._mark = view.mark if view is not None else None
         out = [EventOut.of_stored(event) for event in new]
         for event in out:
             if event.author != "user" or not self._invocation_id:
