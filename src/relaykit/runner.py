@@ -6,7 +6,7 @@ import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
@@ -534,15 +534,30 @@ class Runner:
     async def _with_plugins(
         self, ctx: RunContext, root_input: AgentInput, checkpoint_id: str | None
     ) -> AsyncIterator[AgentEvent]:
-        """An Eino-mode run with plugins: ``on_user_message``, ``before_run``, then the run
-        with ``on_event`` on each event, and ``after_run`` however it ends."""
-        plugins = self._plugins
+        """An Eino-mode run with plugins (see ``_lifecycle``)."""
         context = self._invocation(ctx)
+        start = lambda: self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)  # noqa: E731
+        async with closing(self._lifecycle(context, root_input.messages, start)) as events:
+            async for ev in events:
+                yield ev
+
+    async def _lifecycle(
+        self,
+        context: InvocationContext,
+        messages: list[Message] | None,
+        start: Callable[[], AsyncIterator[AgentEvent]],
+        not_started: Callable[[], Awaitable[None]] | None = None,
+    ) -> AsyncIterator[AgentEvent]:
+        """The run-level plugin hooks around an Eino-mode run or resume: ``on_user_message``
+        (a run's user messages), ``before_run`` (an early answer: the run does not start),
+        ``on_event`` on each event, ``after_run`` however it ends. ``not_started`` runs when
+        the run never started (a resume releases its checkpoint: the pause stays)."""
+        plugins = self._plugins
         root_step = (RunStep(self._root.name),)
+        started = False
         try:
             try:
-                if plugins.has("on_user_message"):
-                    messages = root_input.messages
+                if messages is not None and plugins.has("on_user_message"):
                     for i, message in enumerate(messages):
                         if message.role == "user":
                             replaced = await plugins.on_user_message(context, message)
@@ -557,7 +572,8 @@ class Runner:
                     AgentEvent(self._root.name, root_step, AgentOutput(early))
                 )
             else:
-                events = self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
+                started = True
+                events = start()
             async with closing(events) as stream:
                 async for ev in stream:
                     if plugins.has("on_event"):
@@ -567,6 +583,8 @@ class Runner:
                             ev = AgentEvent(ev.agent_name, ev.run_path, error=exc)
                     yield ev
         finally:
+            if not started and not_started is not None:
+                await not_started()
             if plugins.has("after_run"):
                 try:
                     await asyncio.wait_for(asyncio.shield(plugins.after_run(context)), 5.0)
@@ -615,15 +633,28 @@ class Runner:
             )
             if designated:
                 ctx.options.agent_options = designated
-            if self._plugins or self.artifact_service or self.memory_service:
+            context = (
                 self._invocation(ctx)
+                if self._plugins or self.artifact_service or self.memory_service
+                else None
+            )
             gen = self._root.resume(ctx, cp.resume_info(interrupted))
         except BaseException:
             # Nothing ran: the checkpoint stays, unclaimed, for a resume that can use it.
             await claim.release()
             await claim.stop_renewing()
             raise
-        async with closing(self._drive(ctx, gen, checkpoint_id, claim)) as events:
+        if self._plugins and context is not None:
+
+            async def unclaim() -> None:  # the resume never started: the checkpoint stays
+                await claim.release()
+                await claim.stop_renewing()
+
+            start = lambda: self._drive(ctx, gen, checkpoint_id, claim)  # noqa: E731
+            resumed = self._lifecycle(context, None, start, unclaim)
+        else:
+            resumed = self._drive(ctx, gen, checkpoint_id, claim)
+        async with closing(resumed) as events:
             async for ev in events:
                 yield ev
 
