@@ -1,0 +1,271 @@
+"""The ``relaykit`` command: its subcommands and how failures become exit codes."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from relaykit.errors import RelayKitError
+from relaykit.runner import Runner
+from relaykit.sessions.base import SessionService
+
+from ._chat import Chat
+from ._loading import DEFAULT_USER, CliError, LoadedApp, build_runner, load_app, open_sessions
+from ._views import agent_tree, session_table, show_session
+
+__all__ = ["app"]
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="relaykit",
+    help="Run, inspect and serve relaykit apps: a module or package exposing root_agent.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+sessions_app = typer.Typer(
+    help="The stored sessions of an app: list, show, delete.", no_args_is_help=True
+)
+app.add_typer(sessions_app, name="sessions")
+
+APP_HELP = (
+    "The app: a file (app.py), a package folder or a module name, optionally followed by "
+    ":attribute (default root_agent)."
+)
+AppArg = Annotated[str, typer.Argument(help=APP_HELP, metavar="APP", show_default=False)]
+UserOpt = Annotated[str, typer.Option("--user", help="The user whose sessions these are.")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        help="Database URL (sqlite+aiosqlite:///file.db, postgresql+asyncpg://...); default: "
+        "sqlite+aiosqlite:///<app folder>/.relaykit/sessions.db.",
+        show_default=False,
+    ),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="A model spec such as openai:gpt-4o-mini, passed to the app's make_runner.",
+        show_default=False,
+    ),
+]
+HostOpt = Annotated[str, typer.Option("--host", help="The address to listen on.")]
+PortOpt = Annotated[int, typer.Option("--port", help="The port to listen on.")]
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    Console(stderr=True, highlight=False).print(
+        f"[bold red]relaykit: error:[/] {escape(message)}", soft_wrap=True
+    )
+    return typer.Exit(code)
+
+
+def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work`` on a fresh event loop; a ``CliError`` (or an unexpected relaykit error)
+    becomes a one-line message and its exit code."""
+    try:
+        return asyncio.run(work())
+    except CliError as exc:
+        raise _fail(str(exc), exc.code) from None
+    except RelayKitError as exc:
+        raise _fail(f"{type(exc).__name__}: {exc}", 1) from None
+    except KeyboardInterrupt:
+        raise _fail("interrupted", 130) from None
+
+
+def _load(spec: str) -> LoadedApp:
+    try:
+        return load_app(spec)
+    except CliError as exc:
+        raise _fail(str(exc), exc.code) from None
+
+
+async def _with_runner(
+    loaded: LoadedApp,
+    db: str | None,
+    model: str | None,
+    use: Callable[[Runner, SessionService], Awaitable[None]],
+) -> None:
+    """Open the sessions, build the Runner, ``use`` them, and close both."""
+    service = await open_sessions(loaded, db)
+    try:
+        runner = build_runner(loaded, service, model)
+        try:
+            await use(runner, service)
+        finally:
+            await runner.aclose()
+    finally:
+        aclose: Any = getattr(service, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@app.command()
+def run(
+    app_spec: AppArg,
+    session: Annotated[
+        str | None,
+        typer.Option(
+            "--session",
+            help="Continue this stored session (default: a new one).",
+            show_default=False,
+        ),
+    ] = None,
+    user: UserOpt = DEFAULT_USER,
+    model: ModelOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Chat with an app in the terminal.
+
+    Each event is shown as it comes: who speaks, transfers, tool calls and results, streamed
+    text. An interrupt asks its question, and your answer continues the run. Type exit (or
+    Ctrl-D) to leave; the session stays stored. Lines are read from stdin when it is not a
+    terminal.
+    """
+    loaded = _load(app_spec)
+    console = Console(highlight=False)
+
+    async def chat(runner: Runner, service: SessionService) -> None:
+        talk = Chat(runner, service, console, user)
+        await talk.loop(await talk.start(session))
+
+    _run(lambda: _with_runner(loaded, db, model, chat))
+
+
+@app.command()
+def tree(app_spec: AppArg) -> None:
+    """Draw the app's agent tree.
+
+    Each agent's name, kind and description, its tools (an agent tool's agent below it) and
+    its sub-agents.
+    """
+    loaded = _load(app_spec)
+    Console(highlight=False).print(agent_tree(loaded.agent))
+
+
+async def _app_name(loaded: LoadedApp, service: SessionService) -> str:
+    """The app name sessions are stored under (a make_runner's Runner may choose its own)."""
+    if loaded.make_runner is None:
+        return loaded.app_name
+    runner = build_runner(loaded, service, None)
+    await runner.aclose()
+    return runner.app_name
+
+
+async def _with_sessions(
+    loaded: LoadedApp, db: str | None, use: Callable[[SessionService, str], Awaitable[None]]
+) -> None:
+    service = await open_sessions(loaded, db)
+    try:
+        await use(service, await _app_name(loaded, service))
+    finally:
+        aclose: Any = getattr(service, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@sessions_app.command("list")
+def sessions_list(app_spec: AppArg, user: UserOpt = DEFAULT_USER, db: DbOpt = None) -> None:
+    """List the user's sessions: id, last update, number of events."""
+    loaded = _load(app_spec)
+    console = Console(highlight=False)
+
+    async def show(service: SessionService, app_name: str) -> None:
+        table, count = await session_table(service, app_name, user)
+        if count == 0:
+            console.print(f"no sessions of user {escape(user)} in app {escape(app_name)}")
+        else:
+            console.print(table)
+
+    _run(lambda: _with_sessions(loaded, db, show))
+
+
+SessionArg = Annotated[str, typer.Argument(help="The session id.", show_default=False)]
+
+
+@sessions_app.command("show")
+def sessions_show(
+    app_spec: AppArg, session_id: SessionArg, user: UserOpt = DEFAULT_USER, db: DbOpt = None
+) -> None:
+    """Show one session: its events (author, text, tool calls and results) and its state."""
+    loaded = _load(app_spec)
+    console = Console(highlight=False)
+
+    async def show(service: SessionService, app_name: str) -> None:
+        found = await service.get_session(app_name, user, session_id)
+        if found is None:
+            raise CliError(f"no session {session_id!r} of user {user!r} in app {app_name!r}")
+        paused = await service.get_checkpoint(app_name, user, session_id) is not None
+        show_session(console, found, paused)
+
+    _run(lambda: _with_sessions(loaded, db, show))
+
+
+@sessions_app.command("delete")
+def sessions_delete(
+    app_spec: AppArg, session_id: SessionArg, user: UserOpt = DEFAULT_USER, db: DbOpt = None
+) -> None:
+    """Delete one session, its events, state and pause."""
+    loaded = _load(app_spec)
+    console = Console(highlight=False)
+
+    async def delete(service: SessionService, app_name: str) -> None:
+        if await service.get_session(app_name, user, session_id) is None:
+            raise CliError(f"no session {session_id!r} of user {user!r} in app {app_name!r}")
+        await service.delete_session(app_name, user, session_id)
+        console.print(f"deleted session {escape(session_id)}")
+
+    _run(lambda: _with_sessions(loaded, db, delete))
+
+
+def _serve(app_spec: str, host: str, port: int, db: str | None, model: str | None) -> None:
+    loaded = _load(app_spec)
+    try:
+        from relaykit.server import create_app
+    except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if missing == "relaykit.server":
+            raise _fail("relaykit.server is not available in this installation", 1) from None
+        raise _fail(f"the server cannot start: {exc} (pip install 'relaykit[server]')", 1) from None
+    try:
+        import uvicorn
+    except ImportError:
+        raise _fail("uvicorn is not installed (pip install 'relaykit[server]')", 1) from None
+
+    async def serve(runner: Runner, service: SessionService) -> None:
+        config = uvicorn.Config(create_app(runner), host=host, port=port)
+        await uvicorn.Server(config).serve()
+
+    _run(lambda: _with_runner(loaded, db, model, serve))
+
+
+@app.command()
+def web(
+    app_spec: AppArg,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    db: DbOpt = None,
+    model: ModelOpt = None,
+) -> None:
+    """Serve the app over HTTP with its web page (relaykit.server, uvicorn)."""
+    _serve(app_spec, host, port, db, model)
+
+
+@app.command()
+def api(
+    app_spec: AppArg,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8000,
+    db: DbOpt = None,
+    model: ModelOpt = None,
+) -> None:
+    """Serve the app's HTTP API (relaykit.server, uvicorn)."""
+    _serve(app_spec, host, port, db, model)

@@ -1,0 +1,203 @@
+"""Events, stored events and interrupts as readable terminal lines (Rich markup)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from relaykit.errors import WillRetryError
+from relaykit.events import AgentEvent
+from relaykit.messages import Message, ToolCall
+from relaykit.resume import InterruptContext
+from relaykit.sessions.base import SessionEvent
+
+__all__ = [
+    "EventPrinter",
+    "call_text",
+    "clip",
+    "interrupt_line",
+    "is_tool_pause",
+    "message_lines",
+]
+
+TRANSFER = "transfer_to_agent"
+
+
+def clip(text: str, width: int = 200) -> str:
+    """``text`` on one line, cut to ``width`` characters.
+
+    >>> clip("a\\nb"), clip("abcdef", 4)
+    ('a ⏎ b', 'abc…')
+    """
+    text = text.replace("\n", " ⏎ ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def call_text(call: ToolCall) -> str:
+    """A tool call as ``name(key=value, ...)``.
+
+    >>> call_text(ToolCall("c1", "lookup", '{"order": "7"}'))
+    'lookup(order="7")'
+    """
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except ValueError:
+        return f"{call.name}({call.arguments})"
+    if not isinstance(arguments, dict):
+        return f"{call.name}({call.arguments})"
+    inner = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in arguments.items())
+    return f"{call.name}({inner})"
+
+
+def _transfer_target(call: ToolCall) -> str:
+    try:
+        target = json.loads(call.arguments or "{}").get("agent_name")
+    except (ValueError, AttributeError):
+        return "?"
+    return str(target)
+
+
+def _who(author: str) -> str:
+    return "[bold green]you[/]" if author == "user" else f"[bold cyan]{escape(author)}[/]"
+
+
+def message_lines(author: str, message: Message, *, text: bool = True) -> list[str]:
+    """The lines of one message: its text, its tool calls and transfers, a tool result.
+
+    >>> message_lines("orders", Message.assistant("Hi", [ToolCall("c", "lookup", "{}")]))
+    ['[bold cyan]orders[/]: Hi', '  [yellow]→ orders calls[/] lookup()']
+    """
+    who = _who(author)
+    if message.role == "tool" and author == "user":  # the answer to a paused call
+        answered = escape(message.tool_call_id or "?")
+        return [f"  {who} [dim]answer call {answered}[/]: {escape(clip(message.content))}"]
+    if message.role == "tool":
+        if message.tool_name == TRANSFER:
+            return []  # the call's line already says where the conversation goes
+        name = escape(message.tool_name or "tool")
+        return [f"  [magenta]← {name}[/]: {escape(clip(message.content))}"]
+    lines = [f"{who}: {escape(message.content)}"] if text and message.content else []
+    for call in message.tool_calls:
+        if call.name == TRANSFER:
+            target = escape(_transfer_target(call))
+            lines.append(f"  [blue]⇢ {escape(author)} transfers to[/] [bold cyan]{target}[/]")
+        else:
+            lines.append(f"  [yellow]→ {escape(author)} calls[/] {escape(clip(call_text(call)))}")
+    return lines
+
+
+def is_tool_pause(point: InterruptContext) -> bool:
+    """True for the pause of a long-running tool (answered by a tool response)."""
+    info = point.info
+    return isinstance(info, dict) and "tool_call_id" in info and "tool" in info
+
+
+def interrupt_line(author: str, point: InterruptContext) -> str:
+    """What a waiting point asks, as one line."""
+    info = point.info
+    if is_tool_pause(point):
+        started = json.dumps(info.get("started"), ensure_ascii=False, default=str)
+        return (
+            f"[bold yellow]⏸ {escape(author)}[/]: {escape(str(info['tool']))} started "
+            f"{escape(clip(started))} and waits for its result"
+        )
+    if isinstance(info, dict) and len(info) == 1:
+        (shown,) = info.values()
+    else:
+        shown = info
+    text = shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, default=str)
+    return f"[bold yellow]⏸ {escape(author)} asks[/]: {escape(clip(text))}"
+
+
+def stored_lines(event: SessionEvent) -> list[str]:
+    """The lines of a stored event (``sessions show``)."""
+    if event.error is not None:
+        return [f"[red]✗ {escape(event.author)}: {escape(clip(event.error))}[/]"]
+    action = event.action
+    if action is not None and action.interrupted is not None:
+        return [interrupt_line(event.author, p) for p in action.interrupted.contexts]
+    if event.message is None:
+        return []
+    return message_lines(event.author, event.message)
+
+
+class EventPrinter:
+    """Prints a run's events as they arrive; streamed replies token by token."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def line(self, markup: str, internal: bool = False) -> None:
+        """One line (indented for an agent tool's inner event)."""
+        self.console.print(("  ┆ " if internal else "") + markup, soft_wrap=True, highlight=False)
+
+    async def show(self, event: AgentEvent) -> list[InterruptContext]:
+        """Print ``event``; return the points it waits on (an interrupt event), else []."""
+        internal = event.internal
+        if event.error is not None:
+            self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(event.error)))}[/]")
+            return []
+        action = event.action
+        if action is not None and action.interrupted is not None and action.interrupted.contexts:
+            if internal:
+                return []
+            for point in action.interrupted.contexts:
+                self.line(interrupt_line(event.agent_name, point))
+            return list(action.interrupted.contexts)
+        output = event.output
+        if output is None:
+            return []
+        if output.stream is not None:
+            message = await self._stream(event, internal)
+            if message is not None:
+                for line in message_lines(event.agent_name, message, text=False):
+                    self.line(line, internal)
+            return []
+        message = output.message
+        if message is not None:
+            for line in message_lines(event.agent_name, message):
+                self.line(line, internal)
+        elif output.custom is not None:
+            shown = clip(json.dumps(output.custom, ensure_ascii=False, default=str))
+            self.line(f"{_who(event.agent_name)}: {escape(shown)}", internal)
+        return []
+
+    async def _stream(self, event: AgentEvent, internal: bool) -> Message | None:
+        """Print a streamed reply's text as it comes; the whole message, or None if it failed."""
+        assert event.output is not None and event.output.stream is not None
+        prefix = ("  ┆ " if internal else "") + _who(event.agent_name) + ": "
+        started = False
+        try:
+            async for chunk in event.output.stream:
+                if chunk.content:
+                    if not started:
+                        self.console.print(prefix, end="", highlight=False)
+                        started = True
+                    self.console.print(escape(chunk.content), end="", highlight=False)
+                    self.console.file.flush()
+        except WillRetryError:
+            self.console.print(("" if not started else "\n") + "  [dim](retrying…)[/]")
+            return None
+        except Exception as exc:
+            if started:
+                self.console.print()
+            self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(exc)))}[/]")
+            return None
+        if started:
+            self.console.print()
+        return await event.output.stream.collect()
+
+
+def answer_value(text: str) -> Any:
+    """What a typed answer resumes a core interrupt with: JSON when it parses, else the text.
+
+    >>> answer_value('{"approved": true}'), answer_value("yes")
+    ({'approved': True}, 'yes')
+    """
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
