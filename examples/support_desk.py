@@ -201,3 +201,13 @@ def build_desk(model: str | None = None) -> rk.FlowAgent:
         tools=[lookup_order, request_refund],
     )
     return rk.set_sub_agents(triage, [orders, refunds])
+
+
+#: The app's root agent: ``relaykit run examples/support_desk.py`` chats with it offline.
+root_agent = build_desk()
+
+
+def make_runner(*, session_service: rk.SessionService, model: str | None = None) -> rk.Runner:
+    """The Runner ``relaykit run`` / ``relaykit api`` use: ``--model`` picks a provider."""
+    desk = root_agent if model is None else build_desk(model)
+    return rk.Runner(desk, app_name="desk", session_service=session_service, streaming=True)
