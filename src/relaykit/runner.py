@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
 from relaykit._claims import Claim, claim_ttl, describe_store_failure
 from relaykit._invocation import Invocation
+from relaykit._runner_checks import (
+    MAX_SUPPORTED_TRANSFERS,
+    agent_names,
+    check_runner_options,
+    plugin_lifecycle,
+)
 from relaykit._session_run import DEFAULT_SESSION_LOCK_TIMEOUT, SessionRunner
-from relaykit._tree import unwrap_layers, validate_tree
 from relaykit.agent import Agent, AgentInput
 from relaykit.artifacts.base import ArtifactService
 from relaykit.checkpoints.base import (
@@ -25,27 +29,23 @@ from relaykit.compaction import CompactionConfig
 from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
     ConfigurationError,
-    PluginError,
     ResumeTargetError,
     RunnerError,
 )
-from relaykit.events import AgentEvent, AgentOutput, RunStep
-from relaykit.flow import USER_AUTHOR, FlowAgent, as_flow_agent
+from relaykit.events import AgentEvent
+from relaykit.flow import FlowAgent, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.memory import MemoryService
 from relaykit.messages import Message
 from relaykit.options import AgentOptions, normalize_agent_options
 from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
-from relaykit.sessions.base import SessionService, validate_lock_timeout
+from relaykit.sessions.base import SessionService
 from relaykit.telemetry import with_tracing
 
 __all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
 
 logger = logging.getLogger("relaykit")
-#: The largest ``max_transfers`` a Runner accepts: transfers nest the target's stream inside
-#: the transferring agent's, and far more would reach Python's recursion limit.
-MAX_SUPPORTED_TRANSFERS = 250
 
 
 class RunKwargs(TypedDict, total=False):
@@ -171,58 +171,18 @@ class Runner:
         max_transfers: int = DEFAULT_MAX_TRANSFERS,
         session_lock_timeout: float = DEFAULT_SESSION_LOCK_TIMEOUT,
     ) -> None:
-        if compaction is not None and not isinstance(compaction, CompactionConfig):
-            raise ConfigurationError(
-                f"compaction must be a CompactionConfig, not {type(compaction).__name__}"
-            )
-        if compaction is not None and session_service is None:
-            raise ConfigurationError(
-                "compaction needs a session service: Runner(..., "
-                "session_service=..., compaction=...)"
-            )
-        if save_input_blobs_as_artifacts and artifact_service is None:
-            raise ConfigurationError(
-                "save_input_blobs_as_artifacts needs Runner(..., artifact_service=...)"
-            )
-        try:
-            lock_timeout = validate_lock_timeout(session_lock_timeout)
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"session_lock_timeout: {exc}") from None
-        if session_service is not None and not isinstance(session_service, SessionService):
-            raise ConfigurationError(
-                f"session_service must implement SessionService, not "
-                f"{type(session_service).__name__}"
-            )
+        lock_timeout = check_runner_options(
+            agent,
+            checkpoint_store=checkpoint_store,
+            session_service=session_service,
+            artifact_service=artifact_service,
+            compaction=compaction,
+            save_input_blobs_as_artifacts=save_input_blobs_as_artifacts,
+            session_lock_timeout=session_lock_timeout,
+            max_transfers=max_transfers,
+        )
         # Tracing on (relaykit.telemetry.enable() or RELAYKIT_TRACING=1): a TracingPlugin last.
         manager = PluginManager(with_tracing(plugins, agent))
-        if checkpoint_store is not None:
-            missing = [
-                m for m in _STORE_METHODS if not callable(getattr(checkpoint_store, m, None))
-            ]
-            if missing:
-                raise ConfigurationError(
-                    f"checkpoint store {type(checkpoint_store).__name__} lacks "
-                    f"{', '.join(missing)}: a CheckpointStore must support exclusive resumes "
-                    "(claim, renew, release, finish) as well as get, set and delete"
-                )
-        if checkpoint_store is not None:
-            claim_ttl(checkpoint_store)  # a store with an unusable lease fails here, not later
-        if (
-            not isinstance(max_transfers, int)
-            or isinstance(max_transfers, bool)
-            or not 0 <= max_transfers <= MAX_SUPPORTED_TRANSFERS
-        ):
-            raise ConfigurationError(
-                f"max_transfers must be an int from 0 to {MAX_SUPPORTED_TRANSFERS}, not "
-                f"{max_transfers!r} (each transfer runs the target inside the transferring "
-                "agent's stream, so a run cannot nest transfers without bound)"
-            )
-        validate_tree(agent)
-        if session_service is not None and _has_agent_named(agent, USER_AUTHOR):
-            raise ConfigurationError(
-                f"an agent is named {USER_AUTHOR!r}: in session mode that is the author of the "
-                "user's events; rename the agent"
-            )
         #: The root agent, as given.
         self.agent = agent
         #: The application's name.
@@ -509,7 +469,7 @@ class Runner:
         """``agent_options`` checked against the tree's agents (``ConfigurationError``)."""
         if given is None:
             return {}
-        return normalize_agent_options(given, _agent_names(self.agent))
+        return normalize_agent_options(given, agent_names(self.agent))
 
     @staticmethod
     def _reject_session_options(user_id: object, session_id: object, state_delta: object) -> None:
@@ -534,62 +494,14 @@ class Runner:
     async def _with_plugins(
         self, ctx: RunContext, root_input: AgentInput, checkpoint_id: str | None
     ) -> AsyncIterator[AgentEvent]:
-        """An Eino-mode run with plugins (see ``_lifecycle``)."""
+        """An Eino-mode run with plugins (see ``plugin_lifecycle``)."""
         context = self._invocation(ctx)
         start = lambda: self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)  # noqa: E731
-        async with closing(self._lifecycle(context, root_input.messages, start)) as events:
+        async with closing(
+            plugin_lifecycle(self._plugins, self._root.name, context, root_input.messages, start)
+        ) as events:
             async for ev in events:
                 yield ev
-
-    async def _lifecycle(
-        self,
-        context: InvocationContext,
-        messages: list[Message] | None,
-        start: Callable[[], AsyncIterator[AgentEvent]],
-        not_started: Callable[[], Awaitable[None]] | None = None,
-    ) -> AsyncIterator[AgentEvent]:
-        """The run-level plugin hooks around an Eino-mode run or resume: ``on_user_message``
-        (a run's user messages), ``before_run`` (an early answer: the run does not start),
-        ``on_event`` on each event, ``after_run`` however it ends. ``not_started`` runs when
-        the run never started (a resume releases its checkpoint: the pause stays)."""
-        plugins = self._plugins
-        root_step = (RunStep(self._root.name),)
-        started = False
-        try:
-            try:
-                if messages is not None and plugins.has("on_user_message"):
-                    for i, message in enumerate(messages):
-                        if message.role == "user":
-                            replaced = await plugins.on_user_message(context, message)
-                            if replaced is not None:
-                                messages[i] = replaced
-                early = await plugins.before_run(context) if plugins.has("before_run") else None
-            except PluginError as exc:
-                yield AgentEvent(self._root.name, root_step, error=exc)
-                return
-            if early is not None:
-                events: AsyncIterator[AgentEvent] = _one(
-                    AgentEvent(self._root.name, root_step, AgentOutput(early))
-                )
-            else:
-                started = True
-                events = start()
-            async with closing(events) as stream:
-                async for ev in stream:
-                    if plugins.has("on_event"):
-                        try:
-                            ev = await plugins.on_event(context, ev)
-                        except PluginError as exc:
-                            ev = AgentEvent(ev.agent_name, ev.run_path, error=exc)
-                    yield ev
-        finally:
-            if not started and not_started is not None:
-                await not_started()
-            if plugins.has("after_run"):
-                try:
-                    await asyncio.wait_for(asyncio.shield(plugins.after_run(context)), 5.0)
-                except Exception as exc:
-                    logger.warning("after_run failed: %s", exc)
 
     # -- internals -------------------------------------------------------------------------
     async def _resume(
@@ -651,7 +563,9 @@ class Runner:
                 await claim.stop_renewing()
 
             start = lambda: self._drive(ctx, gen, checkpoint_id, claim)  # noqa: E731
-            resumed = self._lifecycle(context, None, start, unclaim)
+            resumed = plugin_lifecycle(
+                self._plugins, self._root.name, context, None, start, unclaim
+            )
         else:
             resumed = self._drive(ctx, gen, checkpoint_id, claim)
         async with closing(resumed) as events:
@@ -756,44 +670,3 @@ class Runner:
         return None, AgentEvent(
             ev.agent_name, ev.run_path, ev.output, saved, ev.error, ev.state_delta
         )
-
-
-_STORE_METHODS = ("get", "set", "delete", "claim", "renew", "release", "finish")
-
-
-async def _one(event: AgentEvent) -> AsyncIterator[AgentEvent]:
-    yield event
-
-
-def _agent_names(root: Agent) -> set[str]:
-    """The names of every agent of the tree (wrappers and workflows included)."""
-    names: set[str] = set()
-    stack: list[Any] = [root]
-    seen: set[int] = set()
-    while stack:
-        agent = stack.pop()
-        if id(agent) in seen:
-            continue
-        seen.add(id(agent))
-        name = getattr(agent, "name", None)
-        if isinstance(name, str):
-            names.add(name)
-        for layer in unwrap_layers(agent):
-            stack.extend(getattr(layer, "sub_agents", None) or ())
-    return names
-
-
-def _has_agent_named(root: Agent, name: str) -> bool:
-    """True when an agent of the tree (wrappers and workflows included) is named ``name``."""
-    stack: list[Any] = [root]
-    seen: set[int] = set()
-    while stack:
-        agent = stack.pop()
-        if id(agent) in seen:
-            continue
-        seen.add(id(agent))
-        if getattr(agent, "name", None) == name:
-            return True
-        for layer in unwrap_layers(agent):
-            stack.extend(getattr(layer, "sub_agents", None) or ())
-    return False
