@@ -262,8 +262,11 @@ class Run:
         )
 
     async def store(self, ev: AgentEvent, message: Message | None) -> None:
+        stored: SessionEvent | None = None
         for event in self.session_event(ev, message):
-            await self.append(event)
+            stored = await self.append(event)
+        if stored is not None:
+            ev.stored_id = stored.id  # the last one is ``ev`` itself (state-only ones first)
 
     async def flush_writes(self) -> None:
         pending = list(self.writes)

@@ -191,7 +191,7 @@ class AgentOutput:
         return self.message
 
 
-@register_type("relaykit.AgentEvent", exclude=("internal",))
+@register_type("relaykit.AgentEvent", exclude=("internal", "stored_id"))
 @dataclass(slots=True)
 class AgentEvent:
     """One item of an agent's event stream.
@@ -223,6 +223,9 @@ class AgentEvent:
     #: True for an agent tool's inner event forwarded to the caller (``emit_internal_events``):
     #: only delivered, never stored nor used for history, routing or pauses (D28).
     internal: bool = field(default=False, repr=False)
+    #: Session mode: the id of the stored ``SessionEvent`` this event became (set by the
+    #: Runner when it stored the event, before delivering it); None when it was not stored.
+    stored_id: str | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_message(

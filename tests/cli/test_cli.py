@@ -266,3 +266,24 @@ def test_importing_relaykit_does_not_import_the_cli() -> None:
     code = "import sys, relaykit; print('typer' in sys.modules, 'rich' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False False"
+
+
+def test_a_port_out_of_range_is_a_usage_error(db: str) -> None:
+    code, out, err = invoke("api", APP, "--db", db, "--port", "99999")
+    assert code == 2
+    assert "Traceback" not in out + err
+
+
+def test_make_runner_must_keep_sessions_in_the_given_service(tmp_path: Path, db: str) -> None:
+    app_file = tmp_path / "own_store.py"
+    app_file.write_text(
+        "import relaykit as rk\n"
+        "root_agent = rk.ChatModelAgent('a', model=rk.ScriptedModel([]))\n"
+        "def make_runner(*, session_service, model=None):\n"
+        "    return rk.Runner(root_agent, session_service=rk.InMemorySessionService())\n",
+        encoding="utf-8",
+    )
+    code, out, err = invoke("run", str(app_file), "--db", db, input="hi\n")
+    assert code == 1
+    assert "does not keep its sessions in the session_service it was given" in err
+    assert "Traceback" not in out + err

@@ -322,3 +322,20 @@ async def test_a_client_that_disconnects_does_not_lose_the_turn() -> None:
     async with app_client(app) as http:
         events = (await http.get("/sessions/s1/events")).json()
         assert [e["message"]["content"] for e in events] == contents
+
+
+async def test_clients_cannot_write_app_wide_state() -> None:
+    async with client(desk(), {"k-ana": "ana", "k-bo": "bo"}) as http:
+        bo = {"Authorization": "Bearer k-bo"}
+        made = await http.post("/sessions", json={"state": {"app:role": "admin"}}, headers=bo)
+        assert made.status_code == 422 and made.json()["error"]["type"] == "validation_error"
+        await http.post("/sessions", json={"session_id": "s1"}, headers=bo)
+        turn_response = await http.post(
+            "/sessions/s1/turns",
+            json={"text": "hi", "state_delta": {"app:role": "admin"}, "stream": False},
+            headers=bo,
+        )
+        assert turn_response.status_code == 422
+        ana = {"Authorization": "Bearer k-ana"}
+        created = await http.post("/sessions", json={"session_id": "a1"}, headers=ana)
+        assert created.json()["state"] == {}

@@ -58,7 +58,9 @@ ModelOpt = Annotated[
     ),
 ]
 HostOpt = Annotated[str, typer.Option("--host", help="The address to listen on.")]
-PortOpt = Annotated[int, typer.Option("--port", help="The port to listen on.")]
+PortOpt = Annotated[
+    int, typer.Option("--port", min=0, max=65535, help="The port to listen on (0-65535).")
+]
 
 
 def _fail(message: str, code: int) -> typer.Exit:

@@ -103,15 +103,19 @@ class Chat:
         self.console.print("[dim]type a message; exit or Ctrl-D ends the chat[/]")
         try:
             while True:
-                if pending:
-                    events = self._answer(session_id, pending)
-                else:
-                    text = self._read("[bold green]you>[/] ")
-                    if not text.strip():
-                        continue
-                    events = self.runner.run(
-                        [Message.user(text)], user_id=self.user_id, session_id=session_id
-                    )
+                try:
+                    if pending:
+                        events = self._answer(session_id, pending)
+                    else:
+                        text = self._read("[bold green]you>[/] ")
+                        if not text.strip():
+                            continue
+                        events = self.runner.run(
+                            [Message.user(text)], user_id=self.user_id, session_id=session_id
+                        )
+                except RelayKitError as exc:  # a message the Runner refuses: say so, go on
+                    self.printer.line(f"[red]✗ {escape(type(exc).__name__)}: {escape(str(exc))}[/]")
+                    continue
                 pending = await self._show(events)
         except _EndOfInput:
             pass

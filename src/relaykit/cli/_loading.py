@@ -268,4 +268,10 @@ def build_runner(app: LoadedApp, service: SessionService, model: str | None) -> 
             f"make_runner of {app.module.__name__} returned a {type(runner).__name__}, "
             "not a relaykit Runner"
         )
+    if runner.session_service is not service:
+        raise CliError(
+            f"make_runner of {app.module.__name__} returned a Runner that does not keep its "
+            "sessions in the session_service it was given: pass it on, "
+            "Runner(agent, session_service=session_service)"
+        )
     return runner

@@ -44,6 +44,7 @@ from relaykit.server._models import (
 )
 from relaykit.server._turns import KEEPALIVE_SECONDS, Turn
 from relaykit.sessions.base import (
+    APP_PREFIX,
     Session,
     SessionService,
     validate_session_name,
@@ -257,6 +258,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
                 validate_state_key(key)
         except SessionStoreError as exc:
             raise ApiError(422, "validation_error", str(exc)) from None
+        _refuse_app_keys(body.state)
         session = await service.create_session(app_name, user, body.session_id, body.state)
         return SessionOut.of(session)
 
@@ -345,6 +347,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
     @app.post("/sessions/{session_id}/turns", response_model=None, responses=_TURN_RESPONSES)
     async def run_turn(session_id: str, body: TurnIn, user: User) -> Response:
         """Run one turn: the user's text, or messages (tool responses answer a pause)."""
+        _refuse_app_keys(body.state_delta)
         messages = body.to_messages()
         return await respond(
             session_id,
@@ -384,3 +387,15 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _refuse_app_keys(state: Mapping[str, Any] | None) -> None:
+    """A client may not write ``app:`` keys: they are shared by every user of the app."""
+    for key in state or {}:
+        if isinstance(key, str) and key.startswith(APP_PREFIX):
+            raise ApiError(
+                422,
+                "validation_error",
+                f"state key {key!r}: app: keys are shared by every user of the app, and the "
+                "HTTP API does not let a client set them (set them on the server)",
+            )

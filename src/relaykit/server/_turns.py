@@ -149,14 +149,14 @@ class Turn:
             async with closing(self._events) as events:
                 async for ev in events:
                     started = True
-                    new = await self._publish_stored()
+                    await self._publish_stored()
                     out = ev.output
                     message: Message | None = None
                     if out is not None and out.stream is not None:
                         message = await self._stream(ev)
                     elif out is not None:
                         message = out.message
-                    stored = bool(new) and new[-1].author == ev.agent_name
+                    stored = ev.stored_id is not None
                     streamed = out is not None and out.stream is not None
                     if ev.internal or (not streamed and not stored):
                         self._put(
