@@ -94,13 +94,13 @@ def test_relaykit_tree_draws_the_pipeline() -> None:
     assert result.exit_code == 0, result.stderr
     lines = [line.rstrip() for line in result.stdout.splitlines()]
     assert lines[:9] == [
-        "pipeline (_Workflow in SequentialAgent) — Researches, drafts and edits a brief.",
-        "├── gather (_Workflow in ParallelAgent) — Researches in parallel.",
+        "pipeline (SequentialAgent) — Researches, drafts and edits a brief.",
+        "├── gather (ParallelAgent) — Researches in parallel.",
         "│   ├── web_researcher (ChatModelAgent) — Searches the web.",
         "│   │   └── search_web (tool) — Search the web.",
         "│   └── paper_researcher (ChatModelAgent) — Searches scientific papers.",
         "│       └── search_papers (tool) — Search scientific papers.",
-        "├── refine (_Workflow in LoopAgent) — Drafts and reviews.",
+        "├── refine (LoopAgent) — Drafts and reviews.",
         "│   ├── writer (ChatModelAgent) — Drafts the brief from the findings.",
         "│   └── critic (ChatModelAgent) — Reviews the draft.",
     ]

@@ -25,6 +25,8 @@ def _kind(agent: Any) -> str:
     names = [type(layer).__name__ for layer in layers]
     inner = names[-1]
     wrappers = [n for n in names[:-1] if n != "FlowAgent" and not n.startswith("_")]
+    if inner.startswith("_") and wrappers:  # a framework layer (a workflow's own loop)
+        inner, wrappers = wrappers[0], wrappers[1:]
     return inner if not wrappers else f"{inner} in {', '.join(wrappers)}"
 
 

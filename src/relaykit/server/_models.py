@@ -370,6 +370,18 @@ def agent_tree(agent: Any, seen: set[int] | None = None) -> AgentOut:
     return AgentOut(
         name=str(getattr(agent, "name", "")),
         description=str(description),
-        kind=type(layers[-1]).__name__,  # the agent's own class, under framework wrappers
+        kind=_kind(layers),  # the agent's own class, under framework wrappers
         children=children,
     )
+
+
+def _kind(layers: list[Any]) -> str:
+    """The agent's class: the innermost layer's, unless that is a framework layer (a
+    workflow's own loop), then the outermost public class (``SequentialAgent``)."""
+    inner = type(layers[-1]).__name__
+    if inner.startswith("_"):
+        for layer in layers:
+            name = type(layer).__name__
+            if name != "FlowAgent" and not name.startswith("_"):
+                return name
+    return inner
