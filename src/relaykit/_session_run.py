@@ -34,7 +34,6 @@ from relaykit._session_state import (
     DEFAULT_SESSION_LOCK_TIMEOUT,
     SessionPause,
     _Cached,
-    _check_targets,
     _check_user_message,
     _decode_pause,
     _point_for_call,
@@ -290,7 +289,7 @@ class SessionRunner:
                         response.tool_call_id,
                     )
                 targets[point] = response.content
-            _check_targets(interrupted, targets, ref)
+            cp.check_targets(interrupted, targets, f"the paused invocation of {ref}")
         invocation_id = pause.invocation_id if resuming and pause is not None else uuid.uuid4().hex
         context = InvocationContext(
             ref.app_name, ref.user_id, ref.session_id, invocation_id, session

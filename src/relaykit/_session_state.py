@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,6 @@ from relaykit.compaction import (
 from relaykit.context import PriorTurns
 from relaykit.errors import (
     ConfigurationError,
-    ResumeTargetError,
     SerializationError,
 )
 from relaykit.flow import FlowAgent
@@ -185,17 +184,6 @@ def _point_for_call(info: InterruptInfo, call_id: str) -> str | None:
                     return point.id
                 break
     return None
-
-
-def _check_targets(info: InterruptInfo, targets: Mapping[str, Any], ref: SessionRef) -> None:
-    causes = {c.id for c in info.contexts}
-    for target in targets:
-        if target not in causes:
-            raise ResumeTargetError(
-                f"resume target {target!r} is not a waiting point of the paused invocation of "
-                f"{ref}; answer one of: {sorted(causes)}",
-                target,
-            )
 
 
 def _stored_responses(events: Sequence[SessionEvent], invocation_id: str) -> set[str]:

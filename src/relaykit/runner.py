@@ -29,7 +29,6 @@ from relaykit.compaction import CompactionConfig
 from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
 from relaykit.errors import (
     ConfigurationError,
-    ResumeTargetError,
     RunnerError,
 )
 from relaykit.events import AgentEvent
@@ -520,20 +519,7 @@ class Runner:
             cp, interrupted = decode_checkpoint(
                 data, key=self._signing_key, what=f"checkpoint {checkpoint_id!r}"
             )
-            causes = {c.id for c in interrupted.contexts}
-            for target in targets:
-                if target not in causes:
-                    kind = (
-                        "a composite point (it wraps others)"
-                        if any(p.id == target for p in cp.points)
-                        else "not an interrupt point"
-                    )
-                    raise ResumeTargetError(
-                        f"resume target {target!r} is {kind} of checkpoint "
-                        f"{checkpoint_id!r}; answer one of its waiting points: "
-                        f"{sorted(causes)}",
-                        target,
-                    )
+            cp.check_targets(interrupted, targets, f"checkpoint {checkpoint_id!r}")
             history = cp.history()
             if session_values:
                 history.values.update(session_values)

@@ -7,12 +7,13 @@ A checkpoint is a versioned JSON document written by ``relaykit.codec`` (never p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from relaykit.codec import dumps, loads, materialize_streams, register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
-from relaykit.errors import SerializationError
+from relaykit.errors import ResumeTargetError, SerializationError
 from relaykit.events import AgentEvent, AgentInput
 from relaykit.resume import Address, InterruptContext, InterruptInfo, ResumeInfo
 
@@ -158,6 +159,29 @@ class Checkpoint:
             values if values is not None else dict(self.values),
             [RecordedEvent(e) for e in self.events],
         )
+
+    def check_targets(self, info: InterruptInfo, targets: Mapping[str, Any], what: str) -> None:
+        """``ResumeTargetError`` for a resume target that is not one of ``info``'s waiting
+        points (a composite point of this checkpoint, or no point at all).
+
+        Args:
+            info: the interrupt this checkpoint saved (``decode_checkpoint``'s second value).
+            targets: the caller's answers by interrupt id.
+            what: how the message names the checkpoint (``checkpoint 'c1'``).
+        """
+        causes = {c.id for c in info.contexts}
+        for target in targets:
+            if target not in causes:
+                kind = (
+                    "a composite point (it wraps others)"
+                    if any(p.id == target for p in self.points)
+                    else "not an interrupt point"
+                )
+                raise ResumeTargetError(
+                    f"resume target {target!r} is {kind} of {what}; answer one of its waiting "
+                    f"points: {sorted(causes)}",
+                    target,
+                )
 
     def resume_info(self, info: InterruptInfo) -> ResumeInfo:
         """What the resumed root agent receives.
