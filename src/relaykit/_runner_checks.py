@@ -24,7 +24,6 @@ __all__ = [
     "MAX_SUPPORTED_TRANSFERS",
     "agent_names",
     "check_runner_options",
-    "has_agent_named",
     "plugin_lifecycle",
 ]
 
@@ -88,7 +87,7 @@ def check_runner_options(
             "agent's stream, so a run cannot nest transfers without bound)"
         )
     validate_tree(agent)
-    if session_service is not None and has_agent_named(agent, USER_AUTHOR):
+    if session_service is not None and USER_AUTHOR in agent_names(agent):
         raise ConfigurationError(
             f"an agent is named {USER_AUTHOR!r}: in session mode that is the author of the "
             "user's events; rename the agent"
@@ -170,19 +169,3 @@ def agent_names(root: Agent) -> set[str]:
         for layer in unwrap_layers(agent):
             stack.extend(getattr(layer, "sub_agents", None) or ())
     return names
-
-
-def has_agent_named(root: Agent, name: str) -> bool:
-    """True when an agent of the tree (wrappers and workflows included) is named ``name``."""
-    stack: list[Any] = [root]
-    seen: set[int] = set()
-    while stack:
-        agent = stack.pop()
-        if id(agent) in seen:
-            continue
-        seen.add(id(agent))
-        if getattr(agent, "name", None) == name:
-            return True
-        for layer in unwrap_layers(agent):
-            stack.extend(getattr(layer, "sub_agents", None) or ())
-    return False
