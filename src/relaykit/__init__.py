@@ -50,7 +50,19 @@ from relaykit.interrupts import (
 )
 from relaykit.memory import InMemoryMemoryService, MemoryEntry, MemoryService
 from relaykit.messages import Blob, Message, MessageStream, ToolCall
-from relaykit.models import ChatModel, FailoverModel, ModelRequest, ScriptedModel, ToolSpec
+from relaykit.models import (
+    ChatModel,
+    FailoverModel,
+    LiveConfig,
+    LiveConnection,
+    LiveModel,
+    LiveResponse,
+    LiveRunConfig,
+    ModelRequest,
+    ScriptedLiveModel,
+    ScriptedModel,
+    ToolSpec,
+)
 from relaykit.options import AgentOptions, ModelRetry, ResumeOptions, tool_options
 from relaykit.plugins import InvocationContext, Plugin
 from relaykit.runner import Runner, RunResult
@@ -117,6 +129,11 @@ __all__ = [
     "InterruptContext",
     "InterruptInfo",
     "InvocationContext",
+    "LiveConfig",
+    "LiveConnection",
+    "LiveModel",
+    "LiveResponse",
+    "LiveRunConfig",
     "LoopAgent",
     "MemoryEntry",
     "MemoryService",
@@ -135,6 +152,7 @@ __all__ = [
     "RunResult",
     "RunStep",
     "Runner",
+    "ScriptedLiveModel",
     "ScriptedModel",
     "SequentialAgent",
     "Session",

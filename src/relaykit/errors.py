@@ -17,6 +17,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointStoreError",
     "ConfigurationError",
+    "LiveSessionClosedError",
     "MaxIterationsError",
     "MaxTransfersError",
     "ModelError",
@@ -195,6 +196,15 @@ class SessionStoreError(RelayKitError):
     The message names the operation and the session, never stored content.
 
     >>> issubclass(SessionStoreError, RelayKitError)
+    True
+    """
+
+
+class LiveSessionClosedError(RelayKitError):
+    """Sending on a live session (or a live connection) that is closed: nothing was sent or
+    stored.
+
+    >>> issubclass(LiveSessionClosedError, RelayKitError)
     True
     """
 

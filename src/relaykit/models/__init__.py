@@ -4,6 +4,14 @@ from typing import TYPE_CHECKING
 
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec, usage_metadata
 from relaykit.models.failover import FailoverModel, default_should_fail_over
+from relaykit.models.live import (
+    LiveConfig,
+    LiveConnection,
+    LiveModel,
+    LiveResponse,
+    LiveRunConfig,
+    ScriptedLiveModel,
+)
 from relaykit.models.registry import from_string
 from relaykit.models.scripted import ScriptedModel
 
@@ -18,8 +26,14 @@ __all__ = [
     "ChatModel",
     "FailoverModel",
     "GeminiModel",
+    "LiveConfig",
+    "LiveConnection",
+    "LiveModel",
+    "LiveResponse",
+    "LiveRunConfig",
     "ModelRequest",
     "OpenAIModel",
+    "ScriptedLiveModel",
     "ScriptedModel",
     "ToolSpec",
     "default_should_fail_over",
