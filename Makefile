@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench fuzz lint typecheck check
+.PHONY: demo test bench fuzz lint typecheck check docs docs-serve
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -28,6 +28,12 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples
 	$(BIN)/ruff format --check src tests bench examples
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve $(ARGS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy --strict src/relaykit
