@@ -222,11 +222,11 @@ async def test_an_append_is_one_transaction_of_prepared_statements_without_schem
             session = await service.create_session(APP, USER, "s1")
             await service.append_event(session, said("warm-up"))
             if sqlite:
-                # SQLite appends run on the service's own sqlite3 connection (one thread call
-                # per append): trace SQLite itself on it.
+                # SQLite appends run on the service's own sqlite3 connection, on the event
+                # loop's thread (synchronous=NORMAL): trace SQLite itself on it.
                 worker = service._worker
-                assert worker is not None and worker._conn is not None
-                worker._conn.set_trace_callback(record)
+                assert worker is not None and worker._loop_conn is not None
+                worker._loop_conn.set_trace_callback(record)
             statements.clear()
             await service.append_event(session, said("hi"))
             await service.append_event(session, said("hi", state_delta={"a": 1, "user:b": 2}))

@@ -6,12 +6,23 @@ whole append (``BEGIN IMMEDIATE`` … ``COMMIT``) or a whole turn read in one ca
 statements are SQLAlchemy Core's (``_tables``), compiled once for SQLite; the connection is set
 up as relaykit's engine sets up every SQLite connection (busy timeout, WAL, ``synchronous``).
 Schema and every other operation still go through the engine.
+
+With ``synchronous=NORMAL`` (the default) a commit writes to the WAL without waiting for the
+disk, so a thread hand-off costs more than the statements themselves. Appends and turn reads
+then run on a second connection, on the event loop's thread, that never waits for a lock
+(``busy_timeout=0``): when another connection or process holds the write lock, the call goes
+to the worker thread instead, which waits as every relaykit connection does. That connection
+never checkpoints on commit (a checkpoint syncs the file); every ``_CHECKPOINT_EVERY`` of its
+commits the worker thread runs a checkpoint in the background. With
+``synchronous=FULL`` (a sync per commit) everything stays on the worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -34,6 +45,13 @@ from relaykit.sessions.base import HistoryMark
 __all__ = ["SqliteWorker", "TurnRows"]
 
 _T = TypeVar("_T")
+_log = logging.getLogger(__name__)
+#: Commits on the event loop's connection between two background checkpoints (SQLite's own
+#: automatic checkpoint comes after 1,000 WAL pages; an append writes about five).
+_CHECKPOINT_EVERY = 200
+#: How long a background checkpoint waits for other connections' writes and reads to end.
+_CHECKPOINT_WAIT_MS = 200
+_BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 # (seq, event id, data) of one stored event
 _Row = tuple[int, str, bytes]
 
@@ -70,6 +88,12 @@ class SqliteWorker:
         self._path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relaykit-sqlite")
         self._conn: sqlite3.Connection | None = None
+        # The event loop's connection (see the module docstring): None until first used, and
+        # only used from the thread that opened it.
+        self._loop_conn: sqlite3.Connection | None = None
+        self._loop_thread: int | None = None
+        self._inline = _db.SQLITE_SYNCHRONOUS != "FULL"
+        self._commits = 0
         self._append_sql = _SqliteSql(dialect, upsert_state)
         self._read_session = _compile(_READ_SESSION, dialect)
         self._event_id_at = _compile(_EVENT_ID_AT, dialect)
@@ -92,15 +116,72 @@ class SqliteWorker:
             self._conn = conn
         return conn
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _call(self, fn: Callable[[sqlite3.Connection], _T], *, write: bool = False) -> _T:
+        if self._inline:
+            conn = self._loop_connection()
+            if conn is not None:
+                try:
+                    result = fn(conn)
+                except sqlite3.OperationalError as exc:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    if (exc.sqlite_errorcode & 0xFF) not in _BUSY_CODES:
+                        raise
+                    # Another connection holds the lock: wait for it on the worker thread.
+                else:
+                    if write:
+                        self._committed()
+                    return result
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(self._connection()))
+
+    def _loop_connection(self) -> sqlite3.Connection | None:
+        """The event loop's connection, or None when called from another thread."""
+        conn = self._loop_conn
+        if conn is not None:
+            return conn if threading.get_ident() == self._loop_thread else None
+        if self._loop_thread is not None:  # closed
+            return None
+        conn = sqlite3.connect(
+            self._path,
+            timeout=0,
+            isolation_level=None,
+            check_same_thread=False,  # closed by aclose, possibly from another thread
+        )
+        conn.execute("PRAGMA busy_timeout=0")
+        conn.execute(f"PRAGMA synchronous={_db.SQLITE_SYNCHRONOUS}")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        self._loop_conn = conn
+        self._loop_thread = threading.get_ident()
+        return conn
+
+    def _committed(self) -> None:
+        self._commits += 1
+        if self._commits >= _CHECKPOINT_EVERY:
+            self._commits = 0
+            self._executor.submit(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        # RESTART, not PASSIVE: while the loop's connection keeps committing, a passive
+        # checkpoint never catches up with the WAL's end, and the WAL only starts over once one
+        # has. RESTART holds writers off while it copies (the loop's connection, which never
+        # waits, then sends its appends here, behind it) and waits for readers for at most
+        # _CHECKPOINT_WAIT_MS; if that is not enough it copies what it can and the next retries.
+        conn = self._connection()
+        try:
+            conn.execute(f"PRAGMA busy_timeout={_CHECKPOINT_WAIT_MS}")
+            try:
+                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={_db.SQLITE_BUSY_TIMEOUT_MS}")
+        except sqlite3.Error as exc:  # the next one retries
+            _log.debug("relaykit: background WAL checkpoint failed: %s", exc)
 
     # -- append ------------------------------------------------------------------------------
     async def append(self, appended: PreparedAppend) -> None:
         """Store ``appended`` in one write transaction (see ``_append._append``)."""
         rows = _state_rows(appended.ref, appended.writes) if appended.writes else []
-        await self._call(lambda conn: self._append(conn, appended, rows))
+        await self._call(lambda conn: self._append(conn, appended, rows), write=True)
 
     def _append(
         self, conn: sqlite3.Connection, appended: PreparedAppend, rows: list[dict[str, Any]]
@@ -186,13 +267,17 @@ class SqliteWorker:
         return TurnRows(found, delta, events, state, pause[0] if pause is not None else None)
 
     async def aclose(self) -> None:
-        """Close the connection and stop the thread."""
+        """Close the connections and stop the thread."""
 
-        def close(_: sqlite3.Connection) -> None:
+        def close() -> None:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
 
-        if self._conn is not None:
-            await self._call(close)
+        self._inline = False
+        if self._loop_conn is not None:
+            self._loop_conn.close()
+            self._loop_conn = None
+        # After any background checkpoint still queued (the executor runs one call at a time).
+        await asyncio.get_running_loop().run_in_executor(self._executor, close)
         self._executor.shutdown(wait=False)
