@@ -5,33 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
+import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from relaykit.errors import (
-    CheckpointBusyError,
-    CheckpointNotFoundError,
     ConfigurationError,
-    RelayKitError,
-    ResumeTargetError,
     SerializationError,
-    SessionBusyError,
-    SessionExistsError,
-    SessionNotFoundError,
     SessionStoreError,
 )
 from relaykit.runner import Runner
+from relaykit.server._errors import ERRORS, ApiError, from_exception, install_handlers, refused
 from relaykit.server._models import (
     AgentOut,
     ChunkOut,
     CreateSessionIn,
-    ErrorOut,
+    DiscardOut,
     EventOut,
     HealthOut,
     ResumeIn,
@@ -53,32 +47,23 @@ from relaykit.sessions.base import (
 
 __all__ = ["DEV_USER", "ApiError", "create_app"]
 
+logger = logging.getLogger("relaykit.server")
+
 #: The user of every request when the server has no API keys (single-user dev mode).
 DEV_USER = "dev"
+#: The default of ``create_app(shutdown_grace=...)``: seconds running turns get at shutdown.
+SHUTDOWN_GRACE = 30.0
+#: How long cancelled turns get to close (release their session, store their error).
+_CANCEL_GRACE = 10.0
 
-#: HTTP status of each relaykit error a request can cause; others are 500.
-_STATUS: dict[type[BaseException], int] = {
-    SessionNotFoundError: 404,
-    SessionBusyError: 409,
-    SessionExistsError: 409,
-    CheckpointNotFoundError: 409,
-    CheckpointBusyError: 409,
-    ResumeTargetError: 422,
-    ConfigurationError: 422,
-    SerializationError: 422,
-    SessionStoreError: 503,
-}
-
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 422)
-}
 _TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **_ERRORS,
+    **ERRORS,
     200: {
         "model": TurnResultOut,
         "description": (
             "`text/event-stream` by default: `agent_event` (an EventOut), `chunk` (a ChunkOut), "
-            'then `done` (a RunResultOut). With `"stream": false`: one TurnResultOut.'
+            "`discard` (a DiscardOut: drop those chunks), then `done` (a RunResultOut). With "
+            '`"stream": false`: one TurnResultOut.'
         ),
         "content": {
             "text/event-stream": {
@@ -90,6 +75,7 @@ _TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
                         for name, model in (
                             ("agent_event", EventOut),
                             ("chunk", ChunkOut),
+                            ("discard", DiscardOut),
                             ("done", RunResultOut),
                         )
                     },
@@ -98,35 +84,6 @@ _TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
         },
     },
 }
-
-
-class ApiError(Exception):
-    """An error response: ``{"error": {"type", "message"}}`` with ``status``."""
-
-    def __init__(self, status: int, type_: str, message: str) -> None:
-        super().__init__(message)
-        #: The HTTP status.
-        self.status = status
-        #: The error's type: a relaykit error class name, or the API's own kind.
-        self.type = type_
-        #: What went wrong.
-        self.message = message
-
-
-def _error(status: int, type_: str, message: str, **headers: str) -> JSONResponse:
-    body = ErrorOut.model_validate({"error": {"type": type_, "message": message}})
-    return JSONResponse(body.model_dump(), status_code=status, headers=headers or None)
-
-
-def _from_exception(exc: BaseException) -> ApiError:
-    """The response for an exception a request raised before any event."""
-    if isinstance(exc, ApiError):
-        return exc
-    for kind, status in _STATUS.items():
-        if isinstance(exc, kind):
-            return ApiError(status, type(exc).__name__, str(exc))
-    name = type(exc).__name__ if isinstance(exc, RelayKitError) else "internal_error"
-    return ApiError(500, name, str(exc) or name)
 
 
 def _caller(request: Request) -> str:
@@ -138,27 +95,40 @@ def _caller(request: Request) -> str:
     if scheme.lower() != "bearer" or not key.strip():
         raise ApiError(401, "unauthorized", "send Authorization: Bearer <api key>")
     given = key.strip().encode()
-    for known, user in keys.items():
+    found = None
+    for known, user in keys.items():  # every key compared: the time says nothing of which
         if hmac.compare_digest(given, known.encode()):
-            return user
-    raise ApiError(401, "unauthorized", "unknown API key")
+            found = user
+    if found is None:
+        raise ApiError(401, "unauthorized", "unknown API key")
+    return found
 
 
 #: The caller's user id, as a route parameter.
 User = Annotated[str, Depends(_caller)]
 
 
-def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> FastAPI:
+def create_app(
+    runner: Runner,
+    *,
+    api_keys: Mapping[str, str] | None = None,
+    shutdown_grace: float = SHUTDOWN_GRACE,
+    delete_timeout: float = 0.0,
+) -> FastAPI:
     """The HTTP API of ``runner``, a FastAPI (ASGI) application.
 
     Serve it with any ASGI server (``uvicorn module:app``). Running turns are kept in
-    ``app.state.turns`` (a set of tasks) and awaited when the app shuts down.
+    ``app.state.turns`` (a set of tasks); when the app shuts down they get ``shutdown_grace``
+    seconds to end, then they are cancelled (docs/http-server.md#shutdown).
 
     Args:
         runner: a session-mode Runner (``Runner(..., session_service=...)``), else
             ``ConfigurationError``.
         api_keys: API key to user id; a request sends ``Authorization: Bearer <key>``. None:
             single-user dev mode, every request is user ``dev``.
+        shutdown_grace: seconds the running turns get to end when the app shuts down.
+        delete_timeout: seconds ``DELETE /sessions/{id}`` waits for a running turn of the
+            session to end (0: it answers 409 at once).
 
     >>> import relaykit as rk
     >>> agent = rk.ChatModelAgent("helper", model=rk.ScriptedModel([]))
@@ -172,6 +142,14 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
         raise ConfigurationError(
             "the HTTP API serves sessions: create_app(Runner(agent, session_service=...))"
         )
+    for name, seconds in (("shutdown_grace", shutdown_grace), ("delete_timeout", delete_timeout)):
+        if (
+            not isinstance(seconds, int | float)
+            or isinstance(seconds, bool)
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
+            raise ConfigurationError(f"{name} must be a number of seconds >= 0, not {seconds!r}")
     keys = dict(api_keys) if api_keys is not None else None
     if keys is not None:
         if not keys:
@@ -190,8 +168,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        if tasks:  # let running turns end (and be stored) before the process goes
-            await asyncio.wait(set(tasks))
+        await _drain(tasks, shutdown_grace)
 
     app = FastAPI(
         title=f"relaykit: {app_name}",
@@ -213,42 +190,19 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
             raise ApiError(404, "SessionNotFoundError", f"no session {session_id!r}")
         return session
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        extra = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
-        return _error(exc.status, exc.type, exc.message, **extra)
-
-    @app.exception_handler(RelayKitError)
-    async def _relaykit_error(_: Request, exc: RelayKitError) -> JSONResponse:
-        err = _from_exception(exc)
-        return _error(err.status, err.type, err.message)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = list(exc.errors())
-        if any(p.get("type") == "json_invalid" for p in problems):
-            return _error(400, "validation_error", "the request body is not valid JSON")
-        text = "; ".join(
-            f"{'.'.join(str(x) for x in p.get('loc', ()))}: {p.get('msg', '')}" for p in problems
-        )
-        return _error(422, "validation_error", text or "invalid request")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return _error(exc.status_code, kind, str(exc.detail))
+    install_handlers(app)
 
     @app.get("/health", response_model=HealthOut)
     async def health() -> HealthOut:
         """Whether the server is up."""
         return HealthOut()
 
-    @app.get("/agent", response_model=AgentOut, responses=_ERRORS)
+    @app.get("/agent", response_model=AgentOut, responses=ERRORS)
     async def agent(_: User) -> AgentOut:
         """The agent tree the sessions run."""
         return agent_tree(runner.agent)
 
-    @app.post("/sessions", status_code=201, response_model=SessionOut, responses=_ERRORS)
+    @app.post("/sessions", status_code=201, response_model=SessionOut, responses=ERRORS)
     async def create_session(body: CreateSessionIn, user: User) -> SessionOut:
         """Create a session (its id generated when not given)."""
         try:
@@ -262,24 +216,27 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
         session = await service.create_session(app_name, user, body.session_id, body.state)
         return SessionOut.of(session)
 
-    @app.get("/sessions", response_model=list[SessionOut], responses=_ERRORS)
+    @app.get("/sessions", response_model=list[SessionOut], responses=ERRORS)
     async def list_sessions(user: User) -> list[SessionOut]:
         """The caller's sessions, oldest first (without events)."""
         return [SessionOut.of(s) for s in await service.list_sessions(app_name, user)]
 
-    @app.get("/sessions/{session_id}", response_model=SessionDetailOut, responses=_ERRORS)
+    @app.get("/sessions/{session_id}", response_model=SessionDetailOut, responses=ERRORS)
     async def get_session(session_id: str, user: User) -> SessionDetailOut:
         """The session with its state and every stored event."""
         return SessionDetailOut.of_full(await owned(user, session_id))
 
-    @app.delete("/sessions/{session_id}", status_code=204, responses=_ERRORS)
+    @app.delete("/sessions/{session_id}", status_code=204, responses=ERRORS)
     async def delete_session(session_id: str, user: User) -> Response:
-        """Delete the session, its events and its pause."""
+        """Delete the session, its events and its pause; 409 while a turn of it runs."""
         await owned(user, session_id)
-        await service.delete_session(app_name, user, session_id)
+        # The turn lock: a running turn (in any process) keeps its session, and SessionBusyError
+        # (409) says so once ``delete_timeout`` has passed.
+        async with service.lock(app_name, user, session_id, timeout=delete_timeout):
+            await service.delete_session(app_name, user, session_id)
         return Response(status_code=204)
 
-    @app.get("/sessions/{session_id}/events", response_model=list[EventOut], responses=_ERRORS)
+    @app.get("/sessions/{session_id}/events", response_model=list[EventOut], responses=ERRORS)
     async def list_events(
         session_id: str,
         user: User,
@@ -301,7 +258,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
         try:
             events = start()  # a bad call raises here, before anything is stored
         except (ConfigurationError, SessionStoreError, SerializationError, TypeError) as exc:
-            raise ApiError(422, type(exc).__name__, str(exc)) from None
+            raise refused(exc) from None
         turn = Turn(
             events,
             service=service,
@@ -315,7 +272,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
         first = await turn.first()
         if first.kind == "failed":
             assert first.error is not None
-            raise _from_exception(first.error)
+            raise from_exception(first.error)
         if not stream:
             collected = [first]
             async for item in turn.items():
@@ -323,7 +280,7 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
                 collected.append(item)
             last = collected[-1]
             if last.kind == "failed" or last.result is None:
-                raise _from_exception(last.error or RuntimeError("the turn was cancelled"))
+                raise from_exception(last.error or asyncio.CancelledError())
             out = TurnResultOut(
                 **last.result.model_dump(),
                 events=[i.event for i in collected if i.event is not None],
@@ -377,16 +334,44 @@ def create_app(runner: Runner, *, api_keys: Mapping[str, str] | None = None) -> 
                 description=app.description,
                 routes=app.routes,
             )
-            schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            for model in (EventOut, ChunkOut, RunResultOut):
+            components = document.setdefault("components", {})
+            schemas = components.setdefault("schemas", {})
+            for model in (EventOut, ChunkOut, DiscardOut, RunResultOut):
                 found = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 schemas.update(found.pop("$defs", {}))
                 schemas.setdefault(model.__name__, found)
+            if keys is not None:  # every route but /health takes the key
+                components["securitySchemes"] = {
+                    "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key."}
+                }
+                for path, operations in document.get("paths", {}).items():
+                    if path != "/health":
+                        for operation in operations.values():
+                            operation["security"] = [{"apiKey": []}]
             app.openapi_schema = document
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _drain(tasks: set[asyncio.Task[None]], grace: float) -> None:
+    """Let the running turns end (and be stored) within ``grace`` seconds; cancel the rest.
+
+    A cancelled turn's Runner releases its session lock and stores nothing more: the events
+    stored so far stay, and the next turn of the session runs as usual.
+    """
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(set(tasks), timeout=grace)
+    if not pending:
+        return
+    logger.warning("shutdown: cancelling %d turn(s) still running after %gs", len(pending), grace)
+    for task in pending:
+        task.cancel()
+    _, stuck = await asyncio.wait(pending, timeout=_CANCEL_GRACE)
+    if stuck:
+        logger.error("shutdown: %d turn(s) did not stop once cancelled", len(stuck))
 
 
 def _refuse_app_keys(state: Mapping[str, Any] | None) -> None:

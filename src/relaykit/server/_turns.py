@@ -5,7 +5,12 @@ runs to its end and is stored (docs/http-server.md#disconnects). The events it p
 session's *stored* events (read back after each event the Runner delivers, so their ids are the
 ids ``/events?after=`` takes), plus the chunks of a message while it streams and the few
 events the Runner delivers without storing them (an agent tool's inner events, an error that
-could not be stored).
+could not be stored). A streamed message that breaks (a model call retried part-way, a failed
+stream) is followed by a ``discard`` of its chunks.
+
+Nothing a turn raises escapes its task: an exception, a ``SystemExit`` or a
+``KeyboardInterrupt`` a tool raised ends the turn with an error event (the server stays up);
+cancellation (a shutdown past its grace period) ends it with one too, then propagates.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from relaykit._aio import closing
+from relaykit.errors import WillRetryError
 from relaykit.events import AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
-from relaykit.server._models import ChunkOut, EventOut, InterruptOut, RunResultOut
+from relaykit.server._models import ChunkOut, DiscardOut, EventOut, InterruptOut, RunResultOut
 from relaykit.sessions.base import HistoryMark, SessionEvent, SessionService
 
 __all__ = ["Item", "Turn"]
@@ -32,18 +38,19 @@ KEEPALIVE_SECONDS = 15.0
 
 @dataclass(frozen=True, slots=True)
 class Item:
-    """One thing the turn published: an event, a chunk, the end, or a failure before the
-    first event (then the response is an HTTP error)."""
+    """One thing the turn published: an event, a chunk, a discard of chunks, the end, or a
+    failure before the first event (then the response is an HTTP error)."""
 
-    kind: Literal["agent_event", "chunk", "done", "failed"]
+    kind: Literal["agent_event", "chunk", "discard", "done", "failed"]
     event: EventOut | None = None
     chunk: ChunkOut | None = None
+    discard: DiscardOut | None = None
     result: RunResultOut | None = None
     error: BaseException | None = None
 
     def sse(self) -> str:
         """The item as one server-sent event."""
-        body = self.event or self.chunk or self.result
+        body = self.event or self.chunk or self.discard or self.result
         assert body is not None
         return f"event: {self.kind}\ndata: {body.model_dump_json()}\n\n"
 
@@ -178,22 +185,36 @@ class Turn:
                     ):
                         interrupt = action.interrupted
             await self._publish_stored()
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # SystemExit and KeyboardInterrupt too: a tool's sys.exit() must not stop the
+            # server (re-raised in this task, they would stop its event loop).
             if not started:
                 self._put(Item("failed", error=exc))
                 return
-            failure = AgentEvent(self._root, (), error=exc)
-            self._put(
-                Item(
-                    "agent_event",
-                    event=EventOut.of_delivered(failure, self._invocation_id, time.time(), None),
-                )
-            )
-        except BaseException as exc:  # cancelled (shutdown): report it if anyone listens
-            self._put(Item("failed", error=exc))
+            self._fail(exc)
+        except asyncio.CancelledError as exc:  # the server shuts down: say so, then stop
+            if not started:
+                self._put(Item("failed", error=exc))
+            else:
+                self._fail(asyncio.CancelledError("the server shut down before the turn ended"))
+                self._done(output, None)
             raise
         if not started:  # a turn that delivered nothing (possible with plugins)
             await self._publish_stored()
+        self._done(output, interrupt)
+
+    def _fail(self, exc: BaseException) -> None:
+        """Publish the error the turn ended with, as an event of the root agent (not stored:
+        the Runner stores the errors it catches itself)."""
+        failure = AgentEvent(self._root, (), error=exc)
+        self._put(
+            Item(
+                "agent_event",
+                event=EventOut.of_delivered(failure, self._invocation_id, time.time(), None),
+            )
+        )
+
+    def _done(self, output: str | None, interrupt: InterruptInfo | None) -> None:
         self._put(
             Item(
                 "done",
@@ -210,10 +231,22 @@ class Turn:
         assert ev.output is not None and ev.output.stream is not None
         stream = ev.output.stream
         event_id = uuid.uuid4().hex
+        sent = False
         try:
             async for chunk in stream:
                 if chunk.content:
-                    self._put(Item("chunk", chunk=ChunkOut(event_id=event_id, delta=chunk.content)))
+                    delta = ChunkOut(
+                        event_id=event_id, agent_name=ev.agent_name, delta=chunk.content
+                    )
+                    self._put(Item("chunk", chunk=delta))
+                    sent = True
             return await stream.collect()
-        except Exception:
-            return None  # the agent's own error event reports a broken stream
+        except Exception as exc:
+            # Never stored: a retried reply streams anew; the agent's own error event reports
+            # a broken stream. Either way the client drops the chunks it has shown.
+            if sent:
+                reason: Literal["retry", "error"] = (
+                    "retry" if isinstance(exc, WillRetryError) else "error"
+                )
+                self._put(Item("discard", discard=DiscardOut(event_id=event_id, reason=reason)))
+            return None
