@@ -65,7 +65,7 @@ from relaykit.models import (
 )
 from relaykit.options import AgentOptions, ModelRetry, ResumeOptions, tool_options
 from relaykit.plugins import InvocationContext, Plugin
-from relaykit.runner import Runner, RunResult
+from relaykit.runner import LiveSession, Runner, RunResult
 from relaykit.sessions import InMemorySessionService, Session, SessionEvent, SessionService
 from relaykit.tools import (
     FunctionTool,
@@ -134,6 +134,7 @@ __all__ = [
     "LiveModel",
     "LiveResponse",
     "LiveRunConfig",
+    "LiveSession",
     "LoopAgent",
     "MemoryEntry",
     "MemoryService",

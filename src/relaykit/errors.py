@@ -62,7 +62,7 @@ class ConfigurationError(RelayKitError):
     >>> rk.ChatModelAgent("helper")
     Traceback (most recent call last):
     ...
-    relaykit.errors.ConfigurationError: ChatModelAgent 'helper' needs a model
+    relaykit.errors.ConfigurationError: ChatModelAgent 'helper' needs a model (or a live_model)
     """
 
 

@@ -11,6 +11,7 @@ from typing import Any, TypedDict, Unpack
 from relaykit._aio import closing
 from relaykit._claims import Claim, claim_ttl, describe_store_failure
 from relaykit._invocation import Invocation
+from relaykit._live_session import LiveSession, open_live
 from relaykit._runner_checks import (
     MAX_SUPPORTED_TRANSFERS,
     agent_names,
@@ -36,13 +37,21 @@ from relaykit.flow import FlowAgent, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.memory import MemoryService
 from relaykit.messages import Message
+from relaykit.models.live import LiveRunConfig
 from relaykit.options import AgentOptions, normalize_agent_options
 from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
 from relaykit.sessions.base import SessionService
 from relaykit.telemetry import with_tracing
 
-__all__ = ["MAX_SUPPORTED_TRANSFERS", "ResumeKwargs", "RunKwargs", "RunResult", "Runner"]
+__all__ = [
+    "MAX_SUPPORTED_TRANSFERS",
+    "LiveSession",
+    "ResumeKwargs",
+    "RunKwargs",
+    "RunResult",
+    "Runner",
+]
 
 logger = logging.getLogger("relaykit")
 
@@ -463,6 +472,30 @@ class Runner:
         'paid'
         """
         return await collect(self.resume(checkpoint_id, **options))
+
+    def run_live(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        config: LiveRunConfig | None = None,
+    ) -> LiveSession:
+        """A live session of the agent the next turn would start at, over its ``live_model``
+        (session mode; docs/live.md).
+
+        Awaiting the result (then ``close()`` it), or entering it with ``async with``, opens
+        it: the turn lock, the session (created if missing), ``before_run`` and the
+        connection, so a failure to connect raises there. Then ``send`` / ``send_realtime``
+        input while ``events()`` yields what happens; every complete event is stored.
+
+        Args:
+            user_id: the user the session belongs to.
+            session_id: the session (created on first use unless ``auto_create_session=False``).
+            config: the live options (``LiveRunConfig()`` when None).
+
+        See ``LiveSession`` for an example.
+        """
+        return open_live(self._sessions, user_id, session_id, config)
 
     def _agent_options(self, given: object) -> dict[str, AgentOptions]:
         """``agent_options`` checked against the tree's agents (``ConfigurationError``)."""

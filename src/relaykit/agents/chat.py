@@ -8,6 +8,7 @@ from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit.agents._hooks import call_tool, model_reply, modify_history
+from relaykit.agents._live_only import LiveOnlyModel
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     MissingPlaceholderError,
@@ -55,6 +56,7 @@ from relaykit.interrupts import (
 )
 from relaykit.messages import Message, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest
+from relaykit.models.live import LiveModel
 from relaykit.options import ModelRetry
 from relaykit.tools.base import (
     RESERVED_TOOL_NAMES,
@@ -112,7 +114,8 @@ class ChatModelAgent:
         instruction: the system message. ``{key}`` placeholders take session values,
             ``{key?}`` is empty when the value is missing, ``{{key}}`` is a literal
             (docs/llm-agents-and-tools.md#d16).
-        model: the chat model to call; required (``ConfigurationError`` without one).
+        model: the chat model to call; required (``ConfigurationError`` without one) unless
+            ``live_model`` is given (then a run reaching the agent is its error event).
         tools: the tools the model may call; unique names, none of ``RESERVED_TOOL_NAMES``
             except the built-in tools themselves (``relaykit.exit_loop``).
         max_iterations: the most model calls in one turn; the next one raises
@@ -125,6 +128,8 @@ class ChatModelAgent:
         retry: call the model again when a call fails (``relaykit.ModelRetry``; a streamed
             reply that fails part-way ends in ``WillRetryError``, docs/retries-and-options.md).
             None: a failed call ends the agent.
+        live_model: the realtime model ``Runner.run_live`` connects when the agent runs live
+            (docs/live.md).
     """
 
     def __init__(
@@ -139,11 +144,12 @@ class ChatModelAgent:
         return_directly: Sequence[str] = (),
         exit_tool: bool = False,
         retry: ModelRetry | None = None,
+        live_model: LiveModel | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("ChatModelAgent needs a non-empty name")
-        if model is None:
-            raise ConfigurationError(f"ChatModelAgent {name!r} needs a model")
+        if model is None and live_model is None:
+            raise ConfigurationError(f"ChatModelAgent {name!r} needs a model (or a live_model)")
         if retry is not None and not isinstance(retry, ModelRetry):
             raise ConfigurationError(
                 f"ChatModelAgent {name!r}: retry must be a relaykit.ModelRetry, not "
@@ -156,7 +162,9 @@ class ChatModelAgent:
         #: The system message template.
         self.instruction = instruction
         #: The chat model the agent calls.
-        self.model: ChatModel = model
+        self.model: ChatModel = model if model is not None else LiveOnlyModel(name)
+        #: The realtime model ``Runner.run_live`` connects, or None.
+        self.live_model = live_model
         #: The most model calls in one turn.
         self.max_iterations = max_iterations if max_iterations > 0 else 20
         #: The session value the final answer is saved under, if any.

@@ -1,0 +1,197 @@
+"""Live sessions: live responses as events, which events are stored or held, and the buffer
+``LiveSession.events()`` reads from (D27).
+
+Pure pieces, no storage and no connection: ``relaykit._live_run`` drives them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from relaykit.events import AgentEvent, AgentOutput, RunPath
+from relaykit.messages import Blob, Message, MessageStream
+from relaykit.models.live import LiveConnection, LiveResponse
+
+if TYPE_CHECKING:
+    from relaykit.agents._tool_calls import PendingToolCall, Prepared
+    from relaykit.agents.chat import ChatModelAgent
+    from relaykit.context import RunContext
+    from relaykit.flow import FlowAgent
+    from relaykit.messages import ToolCall
+
+__all__ = [
+    "LIVE_ENDED_TEXT",
+    "AgentStream",
+    "EventBuffer",
+    "audio_blob",
+    "describe",
+    "is_held",
+    "is_stored",
+    "live_event",
+]
+
+#: The tool result stored for a call still pending when the live agent's stream ends (D27).
+LIVE_ENDED_TEXT: Final = "error: abandoned — the live session ended"
+
+
+def live_event(response: LiveResponse, agent_name: str, run_path: RunPath) -> AgentEvent:
+    """The event of one live response: a partial response streams its one chunk, a complete
+    one carries its message; a transcription reads as the user's (input) or the agent's
+    (output) text; inline audio is an attachment; ``output.custom`` is the response.
+
+    >>> from relaykit.events import RunStep
+    >>> ev = live_event(LiveResponse(Message.assistant("Hi"), transcription="input"),
+    ...                 "desk", (RunStep("desk"),))
+    >>> ev.message.role, ev.message.content, ev.output.custom.transcription
+    ('user', 'Hi', 'input')
+    >>> live_event(LiveResponse(Message.assistant("Hel"), partial=True), "desk", ()).output.is_streaming
+    True
+    """
+    message = response.message
+    if response.transcription is not None:
+        text = message.content if message is not None else ""
+        message = (
+            Message.user(text) if response.transcription == "input" else Message.assistant(text)
+        )
+    if response.audio is not None:
+        if message is None:
+            message = Message.assistant("")
+        message = Message(
+            message.role,
+            message.content,
+            list(message.tool_calls),
+            message.tool_call_id,
+            message.tool_name,
+            message.name,
+            [*message.attachments, response.audio],
+            dict(message.metadata),
+        )
+    if message is None:
+        output = AgentOutput(None, None, "assistant", None, response)
+    elif response.partial:
+        output = AgentOutput(
+            None, MessageStream.from_list([message]), message.role, message.tool_name, response
+        )
+    else:
+        output = AgentOutput(message, None, message.role, message.tool_name, response)
+    return AgentEvent(agent_name, run_path, output)
+
+
+def is_stored(ev: AgentEvent) -> bool:
+    """Whether a live event is stored (D27): not partial, no inline audio, and some text, tool
+    calls, an action or an error."""
+    if ev.action is not None or ev.error is not None:
+        return True
+    out = ev.output
+    if out is None or out.stream is not None:
+        return False
+    message = out.message
+    if message is None or message.attachments:
+        return False
+    return bool(message.content or message.tool_calls)
+
+
+def is_held(ev: AgentEvent) -> bool:
+    """Whether a live event waits while a transcription is partial: tool calls, tool results
+    and pauses (D27)."""
+    action = ev.action
+    if action is not None and action.interrupted is not None:
+        return True
+    message = ev.message
+    return message is not None and (message.role == "tool" or bool(message.tool_calls))
+
+
+@dataclass(slots=True)
+class AgentStream:
+    """One live agent's connection and what the Runner tracks while it streams."""
+
+    #: The agent's flow agent (its transfer targets).
+    flow: FlowAgent
+    #: The chat agent whose ``live_model`` is connected.
+    agent: ChatModelAgent
+    #: The agent's context (run path, address, the session values, the invocation).
+    ctx: RunContext
+    #: The agent's instruction and tools.
+    prepared: Prepared
+    #: The open connection.
+    connection: LiveConnection
+    #: The messages the connection was opened with (the chat history tools receive).
+    context: list[Message]
+    #: Long-running calls waiting for ``LiveSession.send(Message.tool(...))``, by call id.
+    pending: dict[str, tuple[ToolCall, PendingToolCall]] = field(default_factory=dict)
+    #: A transcription is partial: tool events wait in ``held`` (D27).
+    transcribing: bool = False
+    #: Tool calls, tool results and pauses held while transcribing, in arrival order.
+    held: list[AgentEvent] = field(default_factory=list)
+    #: The model's audio of the current model turn.
+    audio: list[Blob] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        """The agent's name."""
+        return self.flow.name
+
+    @property
+    def run_path(self) -> RunPath:
+        """The agent's run path."""
+        return self.ctx.run_path
+
+
+class EventBuffer:
+    """The events waiting for ``LiveSession.events()``: one reader; the writer waits for
+    room (``wait_for_room``) before it reads the next response from the model, so reading
+    pauses while ``limit`` events wait; what ends a session is added regardless.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._items: deque[AgentEvent] = deque()
+        self._limit = limit
+        self._readable = asyncio.Event()
+        self._room = asyncio.Event()
+        self._ended = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, ev: AgentEvent) -> None:
+        """Add ``ev`` (never waits)."""
+        self._items.append(ev)
+        self._readable.set()
+
+    def end(self) -> None:
+        """No more events: the reader stops once it has read what is here."""
+        self._ended = True
+        self._readable.set()
+        self._room.set()
+
+    async def wait_for_room(self) -> None:
+        """Return once fewer than ``limit`` events wait (or the buffer ended)."""
+        while len(self._items) >= self._limit and not self._ended:
+            self._room.clear()
+            await self._room.wait()
+
+    async def get(self) -> AgentEvent | None:
+        """The next event; None once the buffer ended and is empty."""
+        while not self._items:
+            if self._ended:
+                return None
+            self._readable.clear()
+            await self._readable.wait()
+        ev = self._items.popleft()
+        if len(self._items) < self._limit:
+            self._room.set()
+        return ev
+
+
+def audio_blob(chunks: list[Blob]) -> Blob:
+    """The chunks of one model turn's audio as one blob (the first chunk's type)."""
+    return Blob(chunks[0].mime_type, b"".join(chunk.data for chunk in chunks))
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: text`` of an exception (its type alone when it has no text)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,650 @@
+"""The Runner's live sessions: one long-lived invocation over a realtime connection (D27).
+
+What a live session does (docs/live.md has the rules for users):
+
+1. opening: takes the session's turn lock (held until the live session ends); reads the
+   session (created when missing); picks the agent by next-turn routing and checks that it can
+   run live; runs ``before_run``; connects the agent's ``live_model`` with the agent's system
+   message and the session history as context; answers what a paused run-mode invocation (or a
+   stopped turn) left pending, now that the connection is open. A failure raises from the
+   opening call.
+2. a background task reads the connection: each response becomes an event that goes through
+   ``on_event``, the ordering buffer (tool events wait while a transcription is partial),
+   storage (complete events only), then the buffer ``LiveSession.events()`` reads;
+3. tools run when the model calls them, their results go back over the connection; a
+   transfer closes the connection and connects the target with the session as stored;
+4. ``send`` forwards the user's input and then stores it, under the same storage order;
+5. the end (the model closed, the connection failed, ``close()``, a failed store): the
+   current agent's held events are stored, its pending calls answered, ``after_run`` runs once
+   and the lock is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from relaykit._aio import closing
+from relaykit._invocation import Invocation
+from relaykit._live_events import (
+    LIVE_ENDED_TEXT,
+    AgentStream,
+    EventBuffer,
+    audio_blob,
+    describe,
+    is_held,
+    is_stored,
+    live_event,
+)
+from relaykit._session_history import (
+    STOPPED_TEXT,
+    last_speaker,
+    pending_tool_calls,
+    records_of,
+)
+from relaykit._session_invocation import Run
+from relaykit._session_state import _decode_pause, _StoreFailed, _Turn
+from relaykit.agents._tool_calls import PendingToolCall, ToolCallResult, with_unique_call_ids
+from relaykit.agents.chat import ChatModelAgent
+from relaykit.context import PriorTurns, RunContext, RunHistory, RunOptions
+from relaykit.errors import (
+    ConfigurationError,
+    MaxTransfersError,
+    ModelError,
+    PluginError,
+    ResumeTargetError,
+    RunnerError,
+)
+from relaykit.events import AgentAction, AgentEvent, AgentOutput, RunStep
+from relaykit.flow import FlowAgent
+from relaykit.messages import Blob, Message, ToolCall
+from relaykit.models.live import LiveConfig, LiveResponse, LiveRunConfig
+from relaykit.plugins import InvocationContext
+from relaykit.resume import AddressSegment, InterruptInfo, ResumeInfo
+from relaykit.sessions.base import SessionEvent
+
+if TYPE_CHECKING:
+    from relaykit._session_run import SessionRunner
+    from relaykit._session_state import SessionPause
+    from relaykit.sessions._records import SessionRef
+
+__all__ = ["LiveRun", "live_agent"]
+
+logger = logging.getLogger("relaykit")
+
+
+class _AgentFailed(Exception):
+    """A tool of the live agent raised: the agent ends with this error event (D27)."""
+
+
+class _ConnectionFailed(Exception):
+    """Sending over the live connection failed."""
+
+
+def live_agent(flow: FlowAgent) -> ChatModelAgent:
+    """The chat agent of ``flow`` when it can run live (``ConfigurationError`` otherwise)."""
+    agent = flow.agent
+    if isinstance(agent, ChatModelAgent) and agent.live_model is not None:
+        return agent
+    raise ConfigurationError(
+        f"agent {flow.name!r} cannot run live: a live session needs a ChatModelAgent with a "
+        "live_model (ChatModelAgent(..., live_model=...))"
+    )
+
+
+class LiveRun:
+    """One live session's invocation: see the module docstring."""
+
+    def __init__(self, owner: SessionRunner, ref: SessionRef, config: LiveRunConfig) -> None:
+        self.owner = owner
+        self.ref = ref
+        self.config = config
+        self.buffer = EventBuffer(config.max_buffered_events)
+        # The storage order: a response is processed, or an input forwarded and stored, at a
+        # time -- so a reply is never stored before the input that caused it.
+        self.order = asyncio.Lock()
+        self.run: Run | None = None
+        self.stream: AgentStream | None = None
+        self.options = RunOptions(False, owner.max_transfers)
+        # True once the end began: nothing more is sent; the end task finishes the rest.
+        self.ended = False
+        self.end_task: asyncio.Future[None] | None = None
+        self.pump_task: asyncio.Future[None] | None = None
+        self._lock = contextlib.AsyncExitStack()
+        self._before_run_ran = False
+        self._audio_turns = 0
+
+    # -- opening ----------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Open the live session (D27); raises what failed, with nothing stored but a created
+        session, ``after_run`` run if ``before_run`` did, and the lock released."""
+        owner, ref = self.owner, self.ref
+        connected: AgentStream | None = None
+        try:
+            await self._lock.enter_async_context(
+                owner.service.lock(
+                    ref.app_name, ref.user_id, ref.session_id, timeout=owner.lock_timeout
+                )
+            )
+            view, cached = await owner._read(ref)
+            name = last_speaker(cached.events, owner.routes)
+            route = owner.routes.get(name) if name is not None else None
+            chain = route.chain if route is not None else (owner.root,)
+            flow = chain[-1]
+            agent = live_agent(flow)
+            pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
+            answers = _open_calls(cached.events, pause)
+            invocation_id = uuid.uuid4().hex
+            context = InvocationContext(
+                ref.app_name, ref.user_id, ref.session_id, invocation_id, view.session
+            )
+            invocation = Invocation(
+                context, owner.plugins, owner.artifact_service, owner.memory_service, view.session
+            )
+            run = Run(owner, _Turn(ref, [], False, {}, {}, False, {}), view.session, invocation)
+            run.cached = cached
+            self.run = run
+            self.options.writes = run.writes
+            self.options.invocation = invocation
+            self._before_run_ran = True
+            try:
+                early = await run._before_run()
+            except PluginError as exc:
+                root = owner.root
+                await self._end_early(
+                    pause, answers, AgentEvent(root.name, (RunStep(root.name),), error=exc)
+                )
+                return
+            if early is not None:
+                root = owner.root
+                ev = AgentEvent(root.name, (RunStep(root.name),), AgentOutput(early))
+                await self._end_early(pause, answers, ev)
+                return
+            above = chain[:-1]
+            ctx = RunContext(
+                run_path=tuple(RunStep(fa.name) for fa in above),
+                address=tuple(AddressSegment("agent", fa.name) for fa in above),
+                history=RunHistory(
+                    run.values, prior=PriorTurns([*cached.prior.records, *records_of(answers)])
+                ),
+                options=self.options,
+            )
+            try:
+                connected = await self._connect(flow, agent, flow._enter(ctx))
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                raise ModelError(
+                    f"the live model of agent {flow.name!r} failed to connect: {describe(exc)}",
+                    provider="live",
+                ) from exc
+            try:
+                await self._drop_pause(pause, answers)
+            except _StoreFailed as failed:
+                cause = failed.args[0]
+                raise RunnerError(
+                    f"failed to store the answers to the calls left pending in {ref}; the live "
+                    f"session did not open: {describe(cause)}"
+                ) from cause
+            self.stream = connected
+        except BaseException:
+            self.ended = True
+            if connected is not None:
+                await _close_quietly(connected)
+            await self._release()
+            raise
+        self.pump_task = asyncio.ensure_future(self._pump())
+
+    async def _connect(
+        self, flow: FlowAgent, agent: ChatModelAgent, ctx: RunContext
+    ) -> AgentStream:
+        """Connect ``agent``'s live model with its system message and its history."""
+        prepared = agent._prepare(ctx)
+        system = agent._system_message(ctx, prepared)
+        history = (await flow.build_input(ctx)).messages
+        messages = [system, *history] if system is not None else list(history)
+        config = LiveConfig(messages, list(prepared.specs), self.config.modalities)
+        live_model = agent.live_model
+        assert live_model is not None
+        connection = await live_model.connect(config)
+        return AgentStream(flow, agent, ctx, prepared, connection, messages)
+
+    async def _drop_pause(self, pause: SessionPause | None, answers: list[SessionEvent]) -> None:
+        """Store the answers to what earlier invocations left pending; delete the pause."""
+        run = self.run
+        assert run is not None
+        await run._answer(answers)
+        if pause is not None:
+            ref = self.ref
+            try:
+                await self.owner.service.set_checkpoint(
+                    ref.app_name, ref.user_id, ref.session_id, None
+                )
+            except Exception as exc:
+                raise _StoreFailed(exc) from exc
+
+    async def _end_early(
+        self, pause: SessionPause | None, answers: list[SessionEvent], ev: AgentEvent
+    ) -> None:
+        """``before_run`` answered or raised: that event is stored and delivered, nothing
+        connects (D19, D25); the session has ended."""
+        run = self.run
+        assert run is not None
+        try:
+            await self._drop_pause(pause, answers)
+            self.buffer.put(await run._deliverable(ev))
+        except _StoreFailed as failed:
+            self.buffer.put(run.failure_event(failed))
+        self.ended = True
+        await self._release()
+
+    # -- reading the connection -------------------------------------------------------------
+    async def _pump(self) -> None:
+        """Read the connections until the session ends; a failure nobody expected ends it
+        with an error event (D9)."""
+        try:
+            await self._read_connections()
+        except Exception as exc:
+            logger.exception("the live session of %s failed", self.ref)
+            if not self.ended:
+                root = self.owner.root
+                self.buffer.put(AgentEvent(root.name, (RunStep(root.name),), error=exc))
+                self._begin_end()
+
+    async def _read_connections(self) -> None:
+        """Read the current agent's connection; a transfer switches to the target's."""
+        while True:
+            stream = self.stream
+            assert stream is not None
+            failure: BaseException | None = None
+            try:
+                async with closing(stream.connection.receive()) as responses:
+                    while True:
+                        await self.buffer.wait_for_room()
+                        try:
+                            response = await anext(responses)
+                        except StopAsyncIteration:
+                            break
+                        except Exception as exc:
+                            failure = exc
+                            break
+                        async with self.order:
+                            if self.ended:
+                                return
+                            await self._guarded(stream, self._on_response(stream, response))
+                        if self.ended or self.stream is not stream:
+                            break
+            except Exception as exc:  # closing the connection's stream failed
+                failure = failure or exc
+            async with self.order:
+                if self.ended:
+                    return
+                if self.stream is not stream:
+                    continue  # transferred: the old connection was closed on purpose
+                error = None
+                if failure is not None:
+                    error = AgentEvent(
+                        stream.name, stream.run_path, error=_connection_error(stream, failure)
+                    )
+                await self._finish(stream, error)
+            return
+
+    async def _guarded(self, stream: AgentStream, step: Any) -> None:
+        """Run ``step`` (a coroutine, under the storage order); a failure ends the session."""
+        try:
+            await step
+        except Exception as exc:
+            await self._fail(stream, exc)
+
+    async def _fail(self, stream: AgentStream, exc: Exception) -> None:
+        """End the session after ``exc`` (under the storage order)."""
+        if isinstance(exc, _StoreFailed):
+            self._end_without_storing(exc)
+            return
+        if isinstance(exc, _AgentFailed):
+            error: BaseException = exc.args[0]
+        elif isinstance(exc, _ConnectionFailed):
+            error = _connection_error(stream, exc.args[0])
+        else:  # D9: nothing crashes the caller
+            error = exc
+        await self._finish(self.stream, AgentEvent(stream.name, stream.run_path, error=error))
+
+    async def _on_response(self, stream: AgentStream, response: LiveResponse) -> None:
+        ev = live_event(response, stream.name, stream.run_path)
+        message = ev.output.message if ev.output is not None else None
+        calls = message is not None and bool(message.tool_calls) and response.transcription is None
+        if calls and message is not None and ev.output is not None:
+            message = with_unique_call_ids(message)  # D24
+            ev.output.message = message
+        if response.transcription is not None and response.partial:
+            stream.transcribing = True
+        if response.audio is not None and self._saves_audio():
+            stream.audio.append(response.audio)
+        if response.turn_complete or response.interrupted:
+            await self._save_audio(stream)
+        await self._emit(stream, ev, user=response.transcription == "input")
+        if response.transcription is not None and not response.partial:
+            stream.transcribing = False
+            await self._flush_held(stream)
+        if calls and message is not None:
+            await self._run_tools(stream, message)
+
+    # -- events -----------------------------------------------------------------------------
+    async def _emit(
+        self, stream: AgentStream | None, ev: AgentEvent, *, user: bool = False
+    ) -> None:
+        """``on_event``, the ordering buffer, storage, delivery (D27)."""
+        run = self.run
+        assert run is not None
+        ev, rejected = await run._on_event(ev)
+        if rejected:
+            self.buffer.put(ev)  # (stored by _on_event)
+            return
+        if stream is not None and stream.transcribing and is_held(ev):
+            stream.held.append(ev)
+            return
+        await self._store(ev, user=user)
+        self.buffer.put(ev)
+
+    async def _store(self, ev: AgentEvent, *, user: bool = False) -> None:
+        if not is_stored(ev):
+            return
+        run = self.run
+        assert run is not None
+        message = ev.output.message if ev.output is not None else None
+        if user:  # the user's transcribed speech is the user's message
+            stored = await run.append(
+                SessionEvent(
+                    invocation_id=run.context.invocation_id,
+                    author="user",
+                    timestamp=time.time(),
+                    message=message,
+                )
+            )
+            ev.stored_id = stored.id
+        else:
+            await run.store(ev, message)
+
+    async def _flush_held(self, stream: AgentStream) -> None:
+        held, stream.held = stream.held, []
+        for ev in held:
+            await self._store(ev)
+            self.buffer.put(ev)
+
+    # -- tools ------------------------------------------------------------------------------
+    async def _run_tools(self, stream: AgentStream, message: Message) -> None:
+        """Run the calls of one model message in order; their results go back to the model
+        (a transfer's result does not: the connection closes)."""
+        transfer: str | None = None
+        for call in message.tool_calls:
+            outcome = await self._invoke(stream, call, None)
+            dest = await self._settle(stream, call, outcome, send=transfer is None)
+            if dest is not None and transfer is None:
+                transfer = dest
+        if transfer is not None:
+            await self._transfer(stream, transfer)
+
+    async def _invoke(
+        self, stream: AgentStream, call: ToolCall, resume: ResumeInfo | None
+    ) -> ToolCallResult | PendingToolCall:
+        try:
+            return await stream.agent._invoke(
+                stream.ctx, stream.prepared, call, resume, list(stream.context)
+            )
+        except Exception as exc:  # the tool failed: the agent ends (D27, D15)
+            raise _AgentFailed(exc) from exc
+
+    async def _settle(
+        self,
+        stream: AgentStream,
+        call: ToolCall,
+        outcome: ToolCallResult | PendingToolCall,
+        *,
+        send: bool,
+    ) -> str | None:
+        """Send, store and deliver a call's outcome; the transfer target it names, if any."""
+        if isinstance(outcome, PendingToolCall):
+            stream.pending[call.id] = (call, outcome)
+            point = outcome.point
+            assert point is not None
+            data = {"agent": stream.name, "interrupted_tool_calls": [call.id]}
+            pause = AgentAction(interrupted=InterruptInfo(data, [point]))
+            await self._emit(stream, AgentEvent(stream.name, stream.run_path, action=pause))
+            return None
+        result = outcome.message
+        action = outcome.action
+        dest = None
+        if action is not None and action.transfer_to_agent is not None and not outcome.is_error:
+            dest = action.transfer_to_agent.dest_agent_name
+        if dest is None and send:
+            await _send(stream, result)
+        out = AgentOutput(result, None, "tool", result.tool_name)
+        await self._emit(stream, AgentEvent(stream.name, stream.run_path, out, action))
+        return dest
+
+    async def answer(self, message: Message) -> None:
+        """The user's answer to a pending long-running call (under the storage order): the
+        call's result (the tool continues with it, as on a resume), forwarded and then stored
+        as the calling agent's tool event. ``ResumeTargetError`` for an unknown call, before
+        anything is sent; a failed store ends the session and raises."""
+        stream = self.stream
+        assert stream is not None
+        call_id = message.tool_call_id or ""
+        entry = stream.pending.get(call_id)
+        if entry is None:
+            raise ResumeTargetError(
+                f"tool response for call {call_id!r} matches no pending long-running call of "
+                f"the live session of {self.ref}",
+                call_id,
+            )
+        call, pending = entry
+        resume = ResumeInfo(
+            was_interrupted=True,
+            interrupt_state=pending.state,
+            is_resume_target=True,
+            resume_data=message.content,
+        )
+        try:
+            outcome = await self._invoke(stream, call, resume)
+            del stream.pending[call_id]
+            dest = await self._settle(stream, call, outcome, send=True)
+            if dest is not None:
+                await self._transfer(stream, dest)
+        except _StoreFailed as failed:
+            self._end_without_storing(failed)
+            raise RunnerError(
+                f"failed to store the tool response for call {call_id!r} of {self.ref}; the "
+                "live session ended (the model already has the response: do not send it "
+                f"again): {describe(failed.args[0])}"
+            ) from failed.args[0]
+        except Exception as exc:
+            await self._fail(stream, exc)
+
+    # -- transfer ---------------------------------------------------------------------------
+    async def _transfer(self, stream: AgentStream, dest: str) -> None:
+        """End ``stream``'s agent and connect ``dest`` with the session as stored (D27)."""
+        await self._end_stream(stream)
+        await _close_quietly(stream)
+        target = stream.flow.find_target(dest)
+        error: Exception | None = None
+        if target is None:
+            error = ConfigurationError(
+                f"transfer failed: agent {dest!r} not found when transferring from {stream.name!r}"
+            )
+        else:
+            refused = self.options.count_transfer(stream.name, dest)
+            if refused is not None:  # D23
+                error = MaxTransfersError(refused)
+        if target is not None and error is None:
+            try:
+                agent = live_agent(target)
+                run = self.run
+                assert run is not None and run.cached is not None
+                prior = PriorTurns([*run.cached.prior.records, *records_of(run.stored)])
+                ctx = target._enter(stream.ctx.derive(history=RunHistory(run.values, prior=prior)))
+                try:
+                    self.stream = await self._connect(target, agent, ctx)
+                except ConfigurationError:
+                    raise
+                except Exception as exc:
+                    raise ModelError(
+                        f"the live model of agent {dest!r} failed to connect after the transfer "
+                        f"from {stream.name!r}: {describe(exc)}",
+                        provider="live",
+                    ) from exc
+            except Exception as exc:
+                error = exc
+        if error is not None:
+            await self._finish(None, AgentEvent(stream.name, stream.run_path, error=error))
+
+    # -- ending -----------------------------------------------------------------------------
+    async def _end_stream(self, stream: AgentStream) -> None:
+        """The agent's stream ended: its held events, answers to its pending calls, its
+        audio (D27)."""
+        stream.transcribing = False
+        await self._flush_held(stream)
+        run = self.run
+        assert run is not None
+        stream.pending.clear()
+        await run._answer(
+            pending_tool_calls(run.stored, run.context.invocation_id, LIVE_ENDED_TEXT)
+        )
+        await self._save_audio(stream)
+
+    async def _finish(self, stream: AgentStream | None, error: AgentEvent | None) -> None:
+        """End the session (under the storage order): the agent's stream, then ``error``
+        stored and delivered last; then the end task."""
+        run = self.run
+        assert run is not None
+        try:
+            if stream is not None:
+                await self._end_stream(stream)
+            await run.flush_writes()
+            if error is not None:
+                await self._emit(None, error)
+        except _StoreFailed as failed:
+            self._end_without_storing(failed)
+            return
+        self._begin_end()
+
+    def _end_without_storing(self, failed: _StoreFailed) -> None:
+        """A store failed: the invocation ends, its error event last and not stored (D20)."""
+        run = self.run
+        assert run is not None
+        self.buffer.put(run.failure_event(failed))
+        self._begin_end()
+
+    def _begin_end(self) -> None:
+        """Start the end (under the storage order): the reading task stops (it waits outside
+        the storage order, so nothing is half done), the end task releases the rest."""
+        if self.end_task is not None:
+            return
+        self.ended = True
+        task = self.pump_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        self.end_task = asyncio.ensure_future(self._release())
+
+    async def _release(self) -> None:
+        """Close the connection, run ``after_run`` (once), release the lock, end the events."""
+        try:
+            if self.stream is not None:
+                await _close_quietly(self.stream)
+            run = self.run
+            if run is not None and self._before_run_ran:
+                await run.after_run()
+        finally:
+            try:
+                if self.run is not None:
+                    self.owner._remember(self.ref, self.run)
+                await self._lock.aclose()
+            except Exception as exc:
+                logger.warning("releasing the live session of %s failed: %s", self.ref, exc)
+            finally:
+                self.buffer.end()
+
+    async def close(self) -> None:
+        """End the session from the caller's side (idempotent); returns once it ended."""
+        if not self.ended:
+            async with self.order:
+                if not self.ended:
+                    await self._finish(self.stream, None)
+        await self.wait_ended()
+
+    async def wait_ended(self) -> None:
+        """Wait until the end task (``after_run``, the lock) and the reading task are done."""
+        if self.end_task is not None:
+            await asyncio.shield(self.end_task)
+        task = self.pump_task
+        if task is not None and not task.done() and task is not asyncio.current_task():
+            await asyncio.wait({task})
+
+    # -- audio ------------------------------------------------------------------------------
+    def _saves_audio(self) -> bool:
+        return self.config.save_live_audio and self.owner.artifact_service is not None
+
+    async def _save_audio(self, stream: AgentStream) -> None:
+        """Save the model's audio of the turn that ended as one artifact."""
+        chunks: list[Blob] = stream.audio
+        if not chunks:
+            return
+        stream.audio = []
+        service = self.owner.artifact_service
+        run = self.run
+        assert service is not None and run is not None
+        name = f"live_audio_{run.context.invocation_id}_{self._audio_turns}"
+        self._audio_turns += 1
+        ref = self.ref
+        try:
+            await service.save(ref.app_name, ref.user_id, ref.session_id, name, audio_blob(chunks))
+        except Exception as exc:  # a Runner-level error: delivered, the session goes on (D20)
+            err = AgentEvent(
+                stream.name,
+                stream.run_path,
+                error=RunnerError(
+                    f"failed to save the live audio {name!r} of {ref}: {describe(exc)}"
+                ),
+            )
+            await run.store(err, None)
+            self.buffer.put(err)
+
+
+def _open_calls(events: Sequence[SessionEvent], pause: SessionPause | None) -> list[SessionEvent]:
+    """The answers to the calls earlier invocations left pending (not stored yet): a paused
+    invocation's (abandoned, D12), or those of the latest invocation when it stopped early."""
+    if pause is not None:
+        return pending_tool_calls(events, pause.invocation_id)
+    if not events:
+        return []
+    latest = events[-1].invocation_id
+    start = len(events)
+    while start > 0 and events[start - 1].invocation_id == latest:
+        start -= 1
+    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
+
+
+def _connection_error(stream: AgentStream, exc: BaseException) -> ModelError:
+    err = ModelError(
+        f"the live connection of agent {stream.name!r} failed: {describe(exc)}", provider="live"
+    )
+    err.__cause__ = exc
+    return err
+
+
+async def _send(stream: AgentStream, message: Message) -> None:
+    try:
+        await stream.connection.send(message)
+    except Exception as exc:
+        raise _ConnectionFailed(exc) from exc
+
+
+async def _close_quietly(stream: AgentStream) -> None:
+    try:
+        await stream.connection.close()
+    except Exception as exc:
+        logger.debug("closing the live connection of agent %r failed: %s", stream.name, exc)
