@@ -12,19 +12,22 @@ from relaykit.models.live import (
     LiveRunConfig,
     ScriptedLiveModel,
 )
-from relaykit.models.registry import from_string
+from relaykit.models.registry import from_string, live_from_string
 from relaykit.models.scripted import ScriptedModel
 
 if TYPE_CHECKING:
     from relaykit.models._retry import ProviderModel
     from relaykit.models.anthropic import AnthropicModel
     from relaykit.models.gemini import GeminiModel
+    from relaykit.models.gemini_live import GeminiLiveModel
     from relaykit.models.openai import OpenAIModel
+    from relaykit.models.openai_realtime import OpenAIRealtimeModel
 
 __all__ = [
     "AnthropicModel",
     "ChatModel",
     "FailoverModel",
+    "GeminiLiveModel",
     "GeminiModel",
     "LiveConfig",
     "LiveConnection",
@@ -33,11 +36,13 @@ __all__ = [
     "LiveRunConfig",
     "ModelRequest",
     "OpenAIModel",
+    "OpenAIRealtimeModel",
     "ScriptedLiveModel",
     "ScriptedModel",
     "ToolSpec",
     "default_should_fail_over",
     "from_string",
+    "live_from_string",
     "usage_metadata",
 ]
 
@@ -46,13 +51,18 @@ _PROVIDER_CLASSES = {
     "AnthropicModel": "anthropic",
     "GeminiModel": "gemini",
 }
+_LIVE_PROVIDER_CLASSES = {
+    "GeminiLiveModel": "gemini",
+    "OpenAIRealtimeModel": "openai",
+}
 
 
-def __getattr__(name: str) -> "type[ProviderModel]":
+def __getattr__(name: str) -> "type[ProviderModel] | type[LiveModel]":
     """Provider classes load on first use, so the SDKs stay optional."""
-    provider = _PROVIDER_CLASSES.get(name)
-    if provider is None:
-        raise AttributeError(f"module 'relaykit.models' has no attribute {name!r}")
-    from relaykit.models.registry import load_model_class
+    from relaykit.models.registry import load_live_model_class, load_model_class
 
-    return load_model_class(provider)
+    if name in _PROVIDER_CLASSES:
+        return load_model_class(_PROVIDER_CLASSES[name])
+    if name in _LIVE_PROVIDER_CLASSES:
+        return load_live_model_class(_LIVE_PROVIDER_CLASSES[name])
+    raise AttributeError(f"module 'relaykit.models' has no attribute {name!r}")

@@ -1,4 +1,5 @@
-"""``from_string``: build a provider model from a ``"provider:model"`` spec.
+"""``from_string`` / ``live_from_string``: build a provider model from a ``"provider:model"``
+spec.
 
 Provider modules (and so their SDKs) are imported only when a spec names them.
 """
@@ -17,8 +18,16 @@ from relaykit.models.base import ChatModel
 if TYPE_CHECKING:
     # Imported by the provider modules, which load their SDKs: a type only.
     from relaykit.models._retry import ProviderModel
+    from relaykit.models.live import LiveModel
 
-__all__ = ["PROVIDERS", "from_string", "load_model_class"]
+__all__ = [
+    "LIVE_PROVIDERS",
+    "PROVIDERS",
+    "from_string",
+    "live_from_string",
+    "load_live_model_class",
+    "load_model_class",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +46,17 @@ PROVIDERS: dict[str, _Provider] = {
 }
 """The providers ``from_string`` knows, by spec prefix."""
 
+LIVE_PROVIDERS: dict[str, _Provider] = {
+    "gemini": _Provider("relaykit.models.gemini_live", "GeminiLiveModel", "live", "google"),
+    "openai": _Provider("relaykit.models.openai_realtime", "OpenAIRealtimeModel", "live", "openai"),
+}
+"""The providers ``live_from_string`` knows, by spec prefix."""
+
 _COMPATIBLE = re.compile(r"(?P<model>.+?)@(?P<url>https?://\S+)")
 
 
-def _known() -> str:
-    return ", ".join(sorted(PROVIDERS))
+def _known(providers: dict[str, _Provider] = PROVIDERS) -> str:
+    return ", ".join(sorted(providers))
 
 
 def load_model_class(provider: str) -> type[ProviderModel]:
@@ -52,10 +67,25 @@ def load_model_class(provider: str) -> type[ProviderModel]:
     >>> load_model_class("openai").__name__
     'OpenAIModel'
     """
-    entry = PROVIDERS.get(provider)
+    return cast("type[ProviderModel]", _load(PROVIDERS, provider, "model"))
+
+
+def load_live_model_class(provider: str) -> type[LiveModel]:
+    """The live model class of ``provider``, importing its module (and SDK) now.
+
+    Raises ``ConfigurationError`` for an unknown provider or a missing SDK.
+
+    >>> load_live_model_class("gemini").__name__
+    'GeminiLiveModel'
+    """
+    return cast("type[LiveModel]", _load(LIVE_PROVIDERS, provider, "live model"))
+
+
+def _load(providers: dict[str, _Provider], provider: str, kind: str) -> object:
+    entry = providers.get(provider)
     if entry is None:
         raise ConfigurationError(
-            f"unknown model provider {provider!r}; known providers: {_known()}"
+            f"unknown {kind} provider {provider!r}; known providers: {_known(providers)}"
         )
     try:
         module = importlib.import_module(entry.module)
@@ -64,10 +94,10 @@ def load_model_class(provider: str) -> type[ProviderModel]:
         if missing != entry.sdk:
             raise
         raise ConfigurationError(
-            f"the {provider!r} model provider needs the {missing!r} package, which is not "
+            f"the {provider!r} {kind} provider needs the {missing!r} package, which is not "
             f"installed: pip install 'relaykit[{entry.extra}]'"
         ) from exc
-    return cast("type[ProviderModel]", getattr(module, entry.cls))
+    return getattr(module, entry.cls)
 
 
 def from_string(spec: str, **kwargs: Any) -> ChatModel:
@@ -112,4 +142,37 @@ known providers: anthropic, gemini, openai, openai-compatible
         kwargs.setdefault("provider_name", provider)
         return compatible(match["model"], base_url=match["url"], **kwargs)
     model_class: Callable[..., ChatModel] = load_model_class(provider)
+    return model_class(rest, **kwargs)
+
+
+def live_from_string(spec: str, **kwargs: Any) -> LiveModel:
+    """A live (realtime) model from a spec string; ``kwargs`` (provider-specific, hence ``Any``)
+    go to the model class: ``api_key``, ``base_url``, ``connect_timeout``, ``client`` and
+    default session options.
+
+    ``"gemini:<model>"`` (``GeminiLiveModel``) or ``"openai:<model>"``
+    (``OpenAIRealtimeModel``).
+
+    >>> live_from_string("gemini:gemini-live-2.5-flash-preview", api_key="example-key").name
+    'gemini:gemini-live-2.5-flash-preview'
+    >>> live_from_string("anthropic:claude")
+    Traceback (most recent call last):
+    ...
+    relaykit.errors.ConfigurationError: unknown live model provider 'anthropic' in \
+'anthropic:claude'; known providers: gemini, openai
+    """
+    provider, sep, rest = spec.partition(":")
+    provider = provider.strip().lower()
+    rest = rest.strip()
+    if not sep or not provider or not rest:
+        raise ConfigurationError(
+            f"live model spec {spec!r} should look like '<provider>:<model>', e.g. "
+            f"'openai:gpt-realtime' (known providers: {_known(LIVE_PROVIDERS)})"
+        )
+    if provider not in LIVE_PROVIDERS:
+        raise ConfigurationError(
+            f"unknown live model provider {provider!r} in {spec!r}; known providers: "
+            f"{_known(LIVE_PROVIDERS)}"
+        )
+    model_class: Callable[..., LiveModel] = load_live_model_class(provider)
     return model_class(rest, **kwargs)
