@@ -228,7 +228,9 @@ def sessions_delete(
     _run(lambda: _with_sessions(loaded, db, delete))
 
 
-def _serve(app_spec: str, host: str, port: int, db: str | None, model: str | None) -> None:
+def _serve(
+    app_spec: str, host: str, port: int, db: str | None, model: str | None, *, ui: bool
+) -> None:
     loaded = _load(app_spec)
     try:
         from relaykit.server import create_app
@@ -243,7 +245,10 @@ def _serve(app_spec: str, host: str, port: int, db: str | None, model: str | Non
         raise _fail("uvicorn is not installed (pip install 'relaykit[server]')", 1) from None
 
     async def serve(runner: Runner, service: SessionService) -> None:
-        config = uvicorn.Config(create_app(runner), host=host, port=port)
+        config = uvicorn.Config(create_app(runner, ui=ui), host=host, port=port)
+        if ui and port:
+            where = f"[{host}]" if ":" in host else host
+            Console(highlight=False).print(f"relaykit web UI: http://{where}:{port}/ui/")
         await uvicorn.Server(config).serve()
 
     _run(lambda: _with_runner(loaded, db, model, serve))
@@ -257,8 +262,8 @@ def web(
     db: DbOpt = None,
     model: ModelOpt = None,
 ) -> None:
-    """Serve the app over HTTP with its web page (relaykit.server, uvicorn)."""
-    _serve(app_spec, host, port, db, model)
+    """Serve the app's HTTP API and its web dev UI at /ui/ (relaykit.server, uvicorn)."""
+    _serve(app_spec, host, port, db, model, ui=True)
 
 
 @app.command()
@@ -270,4 +275,4 @@ def api(
     model: ModelOpt = None,
 ) -> None:
     """Serve the app's HTTP API (relaykit.server, uvicorn)."""
-    _serve(app_spec, host, port, db, model)
+    _serve(app_spec, host, port, db, model, ui=False)

@@ -112,6 +112,7 @@ def create_app(
     runner: Runner,
     *,
     api_keys: Mapping[str, str] | None = None,
+    ui: bool = False,
     shutdown_grace: float = SHUTDOWN_GRACE,
     delete_timeout: float = 0.0,
 ) -> FastAPI:
@@ -129,6 +130,7 @@ def create_app(
         shutdown_grace: seconds the running turns get to end when the app shuts down.
         delete_timeout: seconds ``DELETE /sessions/{id}`` waits for a running turn of the
             session to end (0: it answers 409 at once).
+        ui: also serve the web dev UI at ``/ui/`` (``/`` redirects there): docs/web-ui.md.
 
     >>> import relaykit as rk
     >>> agent = rk.ChatModelAgent("helper", model=rk.ScriptedModel([]))
@@ -177,6 +179,10 @@ def create_app(
     )
     app.state.turns = tasks
     app.state.api_keys = keys
+    if ui:
+        from relaykit.server._ui import add_ui
+
+        add_ui(app)
 
     async def owned(user: str, session_id: str) -> Session:
         """The caller's session, else 404 (another user's is not found either)."""

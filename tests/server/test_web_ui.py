@@ -1,0 +1,364 @@
+"""The web dev UI (docs/web-ui.md): its files served by ``create_app(..., ui=True)``, and an
+end-to-end run in headless Chromium against the support desk on uvicorn.
+
+The browser tests drive Debian's ``chromium`` through Playwright for Python (never a
+downloaded browser): ``RELAYKIT_TEST_CHROMIUM`` names the binary, else ``chromium`` on the
+PATH; without one they are skipped. ``.ci/run`` installs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from examples import support_desk
+
+from relaykit.server import create_app
+from relaykit.server._ui import CONTENT_SECURITY_POLICY, ui_files
+from tests.server.support import app_client, desk
+
+UI_FOLDER = Path(__file__).parents[2] / "src" / "relaykit" / "server" / "ui"
+#: Where the browser test also leaves its screenshot, for a person to look at (gitignored).
+STABLE_OUTPUT = Path(__file__).parents[2] / "test-output"
+
+CHROMIUM = os.environ.get("RELAYKIT_TEST_CHROMIUM") or shutil.which("chromium")
+NO_CHROMIUM = (
+    "no Chromium binary: install Debian's chromium (apt-get install chromium; .ci/run does) "
+    "or set RELAYKIT_TEST_CHROMIUM to one"
+)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+# -- the files, in process -----------------------------------------------------------------
+async def test_the_ui_is_served_at_ui_with_its_content_types() -> None:
+    async with app_client(create_app(desk(), ui=True)) as http:
+        root = await http.get("/")
+        assert root.status_code == 307 and root.headers["location"] == "ui/"
+        bare = await http.get("/ui")
+        assert bare.status_code in (307, 308) and bare.headers["location"].endswith("/ui/")
+        index = await http.get("/ui/")
+        assert index.status_code == 200
+        assert index.headers["content-type"] == "text/html; charset=utf-8"
+        assert '<script type="module" src="app.js">' in index.text
+        assert index.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert index.headers["x-content-type-options"] == "nosniff"
+        assert (await http.get("/ui/index.html")).content == index.content
+        expected = {
+            "app.js": "text/javascript; charset=utf-8",
+            "style.css": "text/css; charset=utf-8",
+            "icon.svg": "image/svg+xml",
+        }
+        for name, content_type in expected.items():
+            got = await http.get(f"/ui/{name}")
+            assert got.status_code == 200, name
+            assert got.headers["content-type"] == content_type
+            assert got.content == (UI_FOLDER / name).read_bytes()
+        # An unchanged file is not sent again.
+        again = await http.get("/ui/app.js", headers={"If-None-Match": index.headers["etag"]})
+        assert again.status_code == 200
+        etag = (await http.get("/ui/app.js")).headers["etag"]
+        cached = await http.get("/ui/app.js", headers={"If-None-Match": etag})
+        assert cached.status_code == 304 and cached.content == b""
+        missing = await http.get("/ui/nope.js")
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+        outside = await http.get("/ui/../pyproject.toml")
+        assert outside.status_code == 404
+        # The API is where it was, and the UI is not part of its OpenAPI document.
+        assert (await http.get("/health")).json() == {"status": "ok"}
+        paths = set((await http.get("/openapi.json")).json()["paths"])
+        assert not any(p == "/" or p.startswith("/ui") for p in paths)
+
+
+async def test_every_module_the_page_imports_is_served() -> None:
+    served = ui_files()
+    assert {"index.html", "app.js", "style.css"} <= set(served)
+    for name, file in served.items():
+        if not name.endswith(".js"):
+            continue
+        for target in re.findall(r'^import .* from "\./([\w.]+)";$', file.content.decode(), re.M):
+            assert target in served, f"{name} imports {target}, which is not served"
+
+
+def test_the_ui_sources_never_parse_data_as_html() -> None:
+    """Text goes into the page as text nodes: no innerHTML and friends anywhere."""
+    for path in UI_FOLDER.glob("*.js"):
+        source = path.read_text()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
+            assert sink not in source, f"{path.name} uses {sink}"
+
+
+async def test_the_ui_is_off_unless_asked_for() -> None:
+    async with app_client(create_app(desk())) as http:
+        assert (await http.get("/ui/")).status_code == 404
+        assert (await http.get("/ui/app.js")).status_code == 404
+        assert (await http.get("/")).status_code == 404
+        assert (await http.get("/health")).status_code == 200
+
+
+async def test_the_ui_needs_no_key_but_the_api_still_does() -> None:
+    app = create_app(desk(), api_keys={"key-a": "alice"}, ui=True)
+    async with app_client(app) as http:
+        assert (await http.get("/ui/")).status_code == 200
+        assert (await http.get("/ui/api.js")).status_code == 200
+        assert (await http.get("/sessions")).status_code == 401
+        ok = await http.get("/sessions", headers={"Authorization": "Bearer key-a"})
+        assert ok.status_code == 200
+
+
+# -- the browser test ----------------------------------------------------------------------
+@dataclass
+class LiveServer:
+    """The support desk on uvicorn in a thread of its own, sessions in a SQLite file."""
+
+    url: str
+    database: str
+    errors: list[BaseException] = field(default_factory=list)
+
+
+@pytest.fixture
+def live_desk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+    yield from _serve(tmp_path, getattr(request, "param", None))
+
+
+def _serve(tmp_path: Path, api_keys: Mapping[str, str] | None) -> Iterator[LiveServer]:
+    import uvicorn
+
+    from relaykit.sessions.database import DatabaseSessionService
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    live = LiveServer(f"http://127.0.0.1:{port}", f"sqlite+aiosqlite:///{tmp_path / 'desk.db'}")
+    servers: list[uvicorn.Server] = []
+
+    async def main() -> None:
+        async with DatabaseSessionService(live.database) as service:
+            runner = support_desk.make_runner(session_service=service)
+            app = create_app(runner, api_keys=api_keys, ui=True)
+            server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+            servers.append(server)
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                await runner.aclose()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            live.errors.append(exc)
+
+    thread = threading.Thread(target=run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (servers and servers[0].started):
+        if live.errors or not thread.is_alive():
+            raise RuntimeError(f"the server did not start: {live.errors!r}")
+        if time.monotonic() > deadline:
+            raise RuntimeError("the server did not start within 30 s")
+        time.sleep(0.05)
+    try:
+        yield live
+    finally:
+        servers[0].should_exit = True
+        thread.join(30)
+        sock.close()
+    assert not live.errors, live.errors
+
+
+async def _browser(pw: Any) -> Any:
+    return await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def _watch(page: Any) -> list[str]:
+    """The page's uncaught errors and console errors, collected."""
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    page.on(
+        "console",
+        lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None,
+    )
+    return problems
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_chat_transfer_approval_and_resumed_answer_in_chromium(
+    live_desk: LiveServer, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page(viewport={"width": 1440, "height": 900})
+            problems = _watch(page)
+            await page.goto(live_desk.url + "/")
+            await expect(page).to_have_url(re.compile(r"/ui/"))
+            graph = page.locator("#agent-graph [data-agent]")
+            await expect(graph).to_have_count(3)
+            await expect(page.locator("#app-name")).to_have_text("triage")
+            await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
+
+            # A new session, and a first message with a state delta.
+            await page.click("#new-session")
+            await expect(page.locator("#session-list .session.open")).to_have_count(1)
+            session_id = await page.locator("#session-list .session.open").get_attribute("data-id")
+            assert session_id
+            await page.click(".delta summary")
+            await page.fill("#state-delta", '{"user:name": "Ada"}')
+            await page.fill("#message", "Where is my order 1234?")
+            await page.press("#message", "Enter")
+
+            # The answer streamed in as chunks, then became the stored message.
+            answer = page.locator(
+                ".msg.agent", has_text="Order 1234 has shipped with DHL; it arrives Thursday."
+            )
+            await expect(answer).to_be_visible()
+            await expect(answer.locator("header")).to_have_text("orders")
+            assert int(await answer.get_attribute("data-chunks") or 0) > 1
+            await expect(page.locator("#send")).to_be_enabled()
+
+            # The timeline: triage transferred to orders, whose events sit inside triage's node.
+            transfer = page.locator("#timeline .ev.kind-transfer")
+            await expect(transfer).to_have_text(re.compile(r"transfer\s*→ orders"))
+            nested = page.locator('#timeline details.node[data-path="triage"] ')
+            await expect(
+                nested.locator('details.node[data-path="triage/orders"] .ev.kind-say')
+            ).to_contain_text("Order 1234 has shipped")
+            await expect(page.locator("#chat-log .line.transfer")).to_have_text("triage → orders")
+
+            # Clicking an event shows it, its state delta, and the session's state.
+            await page.locator("#timeline .ev.kind-user").first.click()
+            inspector = page.locator("#inspector")
+            await expect(inspector.locator(".inspect-event")).to_contain_text(
+                "Where is my order 1234?"
+            )
+            await expect(inspector.locator(".inspect-event table.state")).to_contain_text(
+                "user:name"
+            )
+            await expect(inspector.locator(".inspect-state")).to_contain_text("Ada")
+            await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
+                re.compile(r"\bactive\b")
+            )
+
+            # A refund: orders hands back to triage, triage to refunds, which asks a manager.
+            await page.fill("#message", "It arrived broken, I want a refund")
+            await page.click("#send")
+            card = page.locator("#pause .pause-card")
+            await expect(card).to_contain_text("request_refund")
+            await expect(card).to_contain_text("amount: 59.9")
+            await expect(page.locator("#chat-log .line.pause")).to_contain_text(
+                "refunds paused: request_refund"
+            )
+            await expect(page.locator("#timeline .turn")).to_have_count(2)
+            second = page.locator("#timeline .turn").nth(1)
+            await expect(second.locator(".ev.kind-transfer")).to_have_count(2)
+            await expect(
+                second.locator('details.node[data-path="triage/orders/triage/refunds"] .ev')
+            ).to_have_count(4)
+
+            # The manager approves: the tool response goes out and the answer streams back.
+            await card.locator('input[name="reviewer"]').fill("Maria")
+            await card.locator("button.approve").click()
+            resumed = page.locator(
+                ".msg.agent",
+                has_text="Good news: Maria approved your refund of €59.90 for order 1234.",
+            )
+            await expect(resumed).to_be_visible()
+            await expect(resumed.locator("header")).to_have_text("refunds")
+            await expect(page.locator("#pause")).to_be_hidden()
+            await expect(page.locator('#agent-graph [data-agent="refunds"]')).to_have_class(
+                re.compile(r"\bactive\b")
+            )
+            await expect(page.locator("#chat-log .line.answer")).to_contain_text(
+                '{"approved":true,"by":"Maria"}'
+            )
+            # Selecting the answer lights its run path in the agent graph.
+            await page.locator("#chat-log .msg.agent").last.click()
+            await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
+                re.compile(r"\bon-path\b")
+            )
+            await expect(inspector.locator(".inspect-event")).to_contain_text(
+                "triage › orders › triage › refunds"
+            )
+
+            shot = await page.screenshot(full_page=True)
+            (tmp_path / "web-ui.png").write_bytes(shot)
+            STABLE_OUTPUT.mkdir(exist_ok=True)
+            (STABLE_OUTPUT / "web-ui.png").write_bytes(shot)
+
+            # What the page showed is what the session stored.
+            async with httpx.AsyncClient(base_url=live_desk.url) as http:
+                stored = (await http.get(f"/sessions/{session_id}")).json()
+            assert stored["state"] == {"user:name": "Ada"}
+            assert stored["events"][-1]["message"]["content"].startswith("Good news: Maria")
+            assert stored["events"][-3]["message"]["role"] == "tool"  # the manager's answer
+
+            # Reloaded, the page rebuilds the same conversation from the stored events.
+            await page.reload()
+            await expect(page.locator("#session-list .session.open")).to_have_attribute(
+                "data-id", session_id
+            )
+            await expect(page.locator("#timeline .ev")).to_have_count(len(stored["events"]))
+            await expect(resumed).to_be_visible()
+            await expect(page.locator("#pause")).to_be_hidden()
+
+            # Deleting asks once more, then the session is gone.
+            delete = page.locator("#session-list .session.open button.delete")
+            await delete.click()
+            await expect(delete).to_have_text("Delete?")
+            await delete.click()
+            await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
+            await expect(page.locator("#session-title")).to_have_text("no session open")
+            assert problems == []
+        finally:
+            await browser.close()
+
+
+def test_relaykit_web_serves_the_ui_and_relaykit_api_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from relaykit.cli._app import app as cli
+
+    served: list[Any] = []
+
+    async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
+        served.append(self.config.app)  # instead of listening
+
+    monkeypatch.setattr(uvicorn.Server, "serve", serve)
+    desk_app = str(Path(support_desk.__file__))
+    db = f"sqlite+aiosqlite:///{tmp_path / 'desk.db'}"
+    web = CliRunner().invoke(cli, ["web", desk_app, "--db", db, "--port", "8123"])
+    assert web.exit_code == 0, web.output
+    assert "relaykit web UI: http://127.0.0.1:8123/ui/" in web.stdout
+    api = CliRunner().invoke(cli, ["api", desk_app, "--db", db, "--port", "8123"])
+    assert api.exit_code == 0, api.output
+    assert "web UI" not in api.stdout
+    ui_routes = [
+        {getattr(route, "path", "") for route in app.routes} & {"/", "/ui/{path:path}"}
+        for app in served
+    ]
+    assert ui_routes == [{"/", "/ui/{path:path}"}, set()]
