@@ -47,7 +47,8 @@ def live_event(response: LiveResponse, agent_name: str, run_path: RunPath) -> Ag
     ...                 "desk", (RunStep("desk"),))
     >>> ev.message.role, ev.message.content, ev.output.custom.transcription
     ('user', 'Hi', 'input')
-    >>> live_event(LiveResponse(Message.assistant("Hel"), partial=True), "desk", ()).output.is_streaming
+    >>> chunk = LiveResponse(Message.assistant("Hel"), partial=True)
+    >>> live_event(chunk, "desk", ()).output.is_streaming
     True
     """
     message = response.message
