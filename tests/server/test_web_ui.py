@@ -362,3 +362,35 @@ def test_relaykit_web_serves_the_ui_and_relaykit_api_does_not(
         for app in served
     ]
     assert ui_routes == [{"/", "/ui/{path:path}"}, set()]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+@pytest.mark.parametrize("live_desk", [{"key-of-ada": "ada"}], indirect=True)
+async def test_the_page_asks_for_the_api_key_and_then_acts_as_its_user(
+    live_desk: LiveServer,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page()
+            problems = _watch(page)
+            await page.goto(live_desk.url + "/ui/")
+            await expect(page.locator("#status")).to_have_text("This server needs an API key.")
+            await expect(page.locator("#key-form")).to_have_class(re.compile("attention"))
+            await page.fill("#api-key", "wrong")
+            await page.click("#key-form button")
+            await expect(page.locator("#status")).to_have_text("This API key is not accepted.")
+            await page.fill("#api-key", "key-of-ada")
+            await page.click("#key-form button")
+            await expect(page.locator("#status")).to_have_text("connected")
+            await page.click("#new-session")
+            await expect(page.locator("#session-title")).to_contain_text("user ada")
+            await page.fill("#message", "Where is my order 1234?")
+            await page.press("#message", "Enter")
+            await expect(page.locator(".msg.agent")).to_contain_text("Order 1234 has shipped")
+            # The browser only reports the failed calls made without the right key.
+            assert all("401" in p for p in problems), problems
+        finally:
+            await browser.close()
