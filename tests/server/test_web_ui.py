@@ -394,3 +394,80 @@ async def test_the_page_asks_for_the_api_key_and_then_acts_as_its_user(
             assert all("401" in p for p in problems), problems
         finally:
             await browser.close()
+
+
+SSE_AND_PAUSES_SCRIPT = """
+async () => {
+  const { readEvents } = await import("./api.js");
+  const { pendingPause, currentSpeaker } = await import("./events.js");
+  const { buildTurns } = await import("./timeline.js");
+  // An event stream cut at awkward places, with CRLF line ends and a keepalive comment.
+  const text = ': keepalive\\r\\n\\r\\nevent: chunk\\r\\n'
+    + 'data: {"event_id": "e", "delta": "a\\\\nb"}'
+    + '\\r\\n\\r\\nevent: done\\ndata: {"output": "x",\\ndata:  "interrupt": null}\\n\\n';
+  const bytes = new TextEncoder().encode(text);
+  const cuts = [1, 5, 13, 14, 15, 40, 41, 60, bytes.length];
+  const body = new ReadableStream({
+    start(controller) {
+      let from = 0;
+      for (const cut of cuts) {
+        controller.enqueue(bytes.slice(from, cut));
+        from = cut;
+      }
+      controller.close();
+    },
+  });
+  const events = [];
+  for await (const item of readEvents(body)) events.push(item);
+  const ev = (author, run_path, extra = {}) => ({
+    id: Math.random().toString(16), invocation_id: extra.inv || "i1", author, run_path,
+    timestamp: 0, message: null, action: null, error: null, state_delta: {}, ...extra,
+  });
+  const pause = { interrupted: { contexts: [{ id: "p", info: "{}", address: [] }] } };
+  const transfer = { transfer_to_agent: "b" };
+  const waiting = [ev("user", []), ev("a", ["a"], { action: pause })];
+  const answered = [...waiting, ev("user", []), ev("a", ["a"])];
+  const turns = buildTurns([
+    ev("user", []), ev("a", ["a"]), ev("a", ["a"], { action: transfer }), ev("b", ["a", "b"]),
+    ev("user", [], { inv: "i2" }), ev("b", ["a", "b"], { inv: "i2" }),
+    ev("user", [], { inv: "i2" }), ev("b", ["a", "b"], { inv: "i2" }),
+  ]);
+  const shape = (node) =>
+    node.items.map((i) => (i.event ? i.event.author : [i.node.name, shape(i.node)]));
+  return {
+    events,
+    waiting: pendingPause(waiting) && pendingPause(waiting).author,
+    stillWaiting: pendingPause([...waiting, ev("user", [])]) !== null,
+    answered: pendingPause(answered),
+    speaker: currentSpeaker([ev("a", ["a"], { action: transfer })]),
+    turns: turns.map((t) => [t.id, shape(t.root)]),
+  };
+}
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_the_pages_sse_reader_pause_finder_and_timeline_tree(live_desk: LiveServer) -> None:
+    """The page's own functions, run in Chromium on made-up input."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page()
+            await page.goto(live_desk.url + "/ui/")
+            got = await page.evaluate(SSE_AND_PAUSES_SCRIPT)
+        finally:
+            await browser.close()
+    assert got["events"] == [
+        {"event": "chunk", "data": {"event_id": "e", "delta": "a\nb"}},
+        {"event": "done", "data": {"output": "x", "interrupt": None}},
+    ]
+    assert got["waiting"] == "a" and got["stillWaiting"] is True
+    assert got["answered"] is None
+    assert got["speaker"] == "b"
+    # A run path that comes back after the user's event opens a new branch, in order.
+    assert got["turns"] == [
+        ["i1", ["user", ["a", ["a", "a", ["b", ["b"]]]]]],
+        ["i2", ["user", ["a", [["b", ["b"]]]], "user", ["a", [["b", ["b"]]]]]],
+    ]
