@@ -244,3 +244,27 @@ def test_agent_tool_events_example_shows_the_inner_run_outside_the_leads_history
         f" [lead] tool: {fact}",
         f" [lead] assistant: Answer (4 messages seen): {fact}",
     ]
+
+
+def test_live_desk_example_streams_chunks_runs_the_tool_and_stores_the_transcriptions() -> None:
+    assert _run_module("examples.live_desk") == [
+        "> Hi! Where is my order 1234?",
+        "  desk ▸ Let me look that up.",
+        '  desk → lookup_order({"order_id": "1234"})',
+        '  desk ← lookup_order: {"order_id": "1234", "status": "shipped", "carrier": "DHL", '
+        '"eta": "Thursday"}',
+        "  desk ▸ Order 1234 shipped with DHL and arrives on Thursday.",
+        "  (turn complete)",
+        "> (speaks: 3200 bytes of audio)",
+        "  user (heard) ▸ Great, thank you!",
+        "  desk (said) ▸ You're welcome, have a nice day!",
+        "  (turn complete)",
+        "stored:",
+        "  user  user      Hi! Where is my order 1234?",
+        "  desk  assistant Let me look that up.",
+        '  desk  tool      {"order_id": "1234", "status": "shipped", "carrier": "DHL", '
+        '"eta": "Thursday"}',
+        "  desk  assistant Order 1234 shipped with DHL and arrives on Thursday.",
+        "  user  user      Great, thank you!",
+        "  desk  assistant You're welcome, have a nice day!",
+    ]
