@@ -110,7 +110,7 @@ async def _streamed_transfer_turn(runner: rk.Runner) -> None:
         after = (await http.get("/sessions/s1/events", params={"after": user["id"]})).json()
         assert [e["id"] for e in after] == [e["id"] for e in agent_events[1:]]
         unknown = await http.get("/sessions/s1/events", params={"after": "nope"})
-        assert unknown.status_code == 422
+        assert unknown.status_code == 404
 
 
 async def test_chunks_while_a_message_streams() -> None:
@@ -151,7 +151,7 @@ async def test_a_pause_answered_by_a_tool_response() -> None:
             "/sessions/s1/turns",
             json={"messages": [{"role": "tool", "content": "x", "tool_call_id": "c9"}]},
         )
-        assert wrong.status_code == 422
+        assert wrong.status_code == 409
         assert wrong.json()["error"]["type"] == "ResumeTargetError"
 
 
@@ -172,7 +172,7 @@ async def test_a_pause_answered_by_resume_and_stream_false() -> None:
         assert [e["author"] for e in body["events"]] == ["user", "approver"]
         assert body["events"][1]["action"]["interrupted"]["contexts"][0]["id"] == point["id"]
         bad = await http.post("/sessions/s1/resume", json={"targets": {"nope": 1}})
-        assert bad.status_code == 422
+        assert bad.status_code == 409
         assert bad.json()["error"]["type"] == "ResumeTargetError"
         resumed = await http.post("/sessions/s1/resume", json={"targets": {point["id"]: "ok"}})
         events = parse_sse(resumed.text)
@@ -233,6 +233,9 @@ async def test_bad_bodies() -> None:
             {},
             {"text": "a", "messages": [{"role": "user", "content": "b"}]},
             {"messages": [{"role": "assistant", "content": "b"}]},
+            {"messages": []},
+            {"messages": [{"role": "tool", "content": "b"}]},
+            {"messages": [{"role": "user", "content": "b", "tool_call_id": "c1"}]},
             {"text": "a", "colour": "red"},
         ):
             response = await http.post("/sessions/s1/turns", json=body)
@@ -240,6 +243,12 @@ async def test_bad_bodies() -> None:
             assert response.json()["error"]["type"] == "validation_error"
         bad_key = await http.post("/sessions/s1/turns", json={"text": "a", "state_delta": {"": 1}})
         assert bad_key.status_code == 422
+        typo = await http.get("/sessions/s1/events", params={"afer": "x"})
+        assert typo.status_code == 422
+        assert typo.json()["error"] == {
+            "type": "validation_error",
+            "message": "unknown query parameter(s): 'afer'",
+        }
         never = await http.post("/sessions/nope/turns", json={"text": "a"})
         assert never.status_code == 404
         assert (await http.get("/sessions/nope")).status_code == 404

@@ -67,18 +67,30 @@ _TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
         ),
         "content": {
             "text/event-stream": {
-                "schema": {
-                    "type": "string",
-                    "description": "Each `data:` line is one of these, by `event:` name.",
-                    "x-sse-events": {
-                        name: {"$ref": f"#/components/schemas/{model.__name__}"}
+                "schema": {  # one event of the stream (OpenAPI 3.1: ``schema`` is per event)
+                    "description": "One event: its `event:` name and its `data:`, a JSON object.",
+                    "oneOf": [
+                        {
+                            "type": "object",
+                            "properties": {
+                                "event": {"const": name},
+                                "data": {
+                                    "type": "string",
+                                    "contentMediaType": "application/json",
+                                    "contentSchema": {
+                                        "$ref": f"#/components/schemas/{model.__name__}"
+                                    },
+                                },
+                            },
+                            "required": ["event", "data"],
+                        }
                         for name, model in (
                             ("agent_event", EventOut),
                             ("chunk", ChunkOut),
                             ("discard", DiscardOut),
                             ("done", RunResultOut),
                         )
-                    },
+                    ],
                 }
             }
         },
@@ -106,6 +118,22 @@ def _caller(request: Request) -> str:
 
 #: The caller's user id, as a route parameter.
 User = Annotated[str, Depends(_caller)]
+
+
+def _query(*known: str) -> Any:
+    """A route dependency refusing query parameters other than ``known`` (422), as the bodies
+    refuse unknown fields: a typo (``?afer=``) is an error, not an ignored option."""
+
+    async def check(request: Request) -> None:
+        unknown = sorted(set(request.query_params) - set(known))
+        if unknown:
+            names = ", ".join(repr(name[:50]) for name in unknown[:5])
+            raise ApiError(422, "validation_error", f"unknown query parameter(s): {names}")
+
+    return Depends(check)
+
+
+_NO_QUERY = _query()
 
 
 def create_app(
@@ -198,17 +226,25 @@ def create_app(
 
     install_handlers(app)
 
-    @app.get("/health", response_model=HealthOut)
+    @app.get(
+        "/health", response_model=HealthOut, responses={422: ERRORS[422]}, dependencies=[_NO_QUERY]
+    )
     async def health() -> HealthOut:
         """Whether the server is up."""
         return HealthOut()
 
-    @app.get("/agent", response_model=AgentOut, responses=ERRORS)
+    @app.get("/agent", response_model=AgentOut, responses=ERRORS, dependencies=[_NO_QUERY])
     async def agent(_: User) -> AgentOut:
         """The agent tree the sessions run."""
         return agent_tree(runner.agent)
 
-    @app.post("/sessions", status_code=201, response_model=SessionOut, responses=ERRORS)
+    @app.post(
+        "/sessions",
+        status_code=201,
+        response_model=SessionOut,
+        responses=ERRORS,
+        dependencies=[_NO_QUERY],
+    )
     async def create_session(body: CreateSessionIn, user: User) -> SessionOut:
         """Create a session (its id generated when not given)."""
         try:
@@ -222,17 +258,26 @@ def create_app(
         session = await service.create_session(app_name, user, body.session_id, body.state)
         return SessionOut.of(session)
 
-    @app.get("/sessions", response_model=list[SessionOut], responses=ERRORS)
+    @app.get(
+        "/sessions", response_model=list[SessionOut], responses=ERRORS, dependencies=[_NO_QUERY]
+    )
     async def list_sessions(user: User) -> list[SessionOut]:
         """The caller's sessions, oldest first (without events)."""
         return [SessionOut.of(s) for s in await service.list_sessions(app_name, user)]
 
-    @app.get("/sessions/{session_id}", response_model=SessionDetailOut, responses=ERRORS)
+    @app.get(
+        "/sessions/{session_id}",
+        response_model=SessionDetailOut,
+        responses=ERRORS,
+        dependencies=[_NO_QUERY],
+    )
     async def get_session(session_id: str, user: User) -> SessionDetailOut:
         """The session with its state and every stored event."""
         return SessionDetailOut.of_full(await owned(user, session_id))
 
-    @app.delete("/sessions/{session_id}", status_code=204, responses=ERRORS)
+    @app.delete(
+        "/sessions/{session_id}", status_code=204, responses=ERRORS, dependencies=[_NO_QUERY]
+    )
     async def delete_session(session_id: str, user: User) -> Response:
         """Delete the session, its events and its pause; 409 while a turn of it runs."""
         await owned(user, session_id)
@@ -242,7 +287,12 @@ def create_app(
             await service.delete_session(app_name, user, session_id)
         return Response(status_code=204)
 
-    @app.get("/sessions/{session_id}/events", response_model=list[EventOut], responses=ERRORS)
+    @app.get(
+        "/sessions/{session_id}/events",
+        response_model=list[EventOut],
+        responses=ERRORS,
+        dependencies=[_query("after")],
+    )
     async def list_events(
         session_id: str,
         user: User,
@@ -253,7 +303,7 @@ def create_app(
         if after is not None:
             index = next((i for i, e in enumerate(events) if e.id == after), None)
             if index is None:
-                raise ApiError(422, "validation_error", f"no event {after!r} in this session")
+                raise ApiError(404, "not_found", "no such event in this session (after)")
             events = events[index + 1 :]
         return [EventOut.of_stored(e) for e in events]
 
@@ -307,7 +357,12 @@ def create_app(
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
-    @app.post("/sessions/{session_id}/turns", response_model=None, responses=_TURN_RESPONSES)
+    @app.post(
+        "/sessions/{session_id}/turns",
+        response_model=None,
+        responses=_TURN_RESPONSES,
+        dependencies=[_NO_QUERY],
+    )
     async def run_turn(session_id: str, body: TurnIn, user: User) -> Response:
         """Run one turn: the user's text, or messages (tool responses answer a pause)."""
         _refuse_app_keys(body.state_delta)
@@ -321,7 +376,12 @@ def create_app(
             body.stream,
         )
 
-    @app.post("/sessions/{session_id}/resume", response_model=None, responses=_TURN_RESPONSES)
+    @app.post(
+        "/sessions/{session_id}/resume",
+        response_model=None,
+        responses=_TURN_RESPONSES,
+        dependencies=[_NO_QUERY],
+    )
     async def resume(session_id: str, body: ResumeIn, user: User) -> Response:
         """Continue the session's paused invocation (every point, or ``targets``)."""
         return await respond(

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from relaykit.errors import (
     CheckpointBusyError,
@@ -48,7 +49,7 @@ _STATUS: dict[type[RelayKitError], int] = {
     SessionExistsError: 409,
     CheckpointNotFoundError: 409,
     CheckpointBusyError: 409,
-    ResumeTargetError: 422,
+    ResumeTargetError: 409,
     ConfigurationError: 422,
     SerializationError: 422,
     SessionStoreError: 503,
@@ -67,7 +68,7 @@ _STATUS_TEXT = {
     400: "the request is malformed",
     401: "no API key, or an unknown one",
     404: "an unknown session (another user's too), or an unknown path",
-    409: "the session is busy, exists already, or has no pause to resume",
+    409: "the session is busy, exists already, or its pause does not wait for that answer",
     422: "the body or a parameter is invalid, or the Runner refused the call",
     500: "a bug in the server or the app (the message says no more: see the server log)",
     503: "the session store failed, or the server is shutting down",
@@ -137,6 +138,16 @@ def refused(exc: Exception) -> ApiError:
     return ApiError(422, kind, str(exc) or kind)
 
 
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the request's path answers."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Make every error ``app`` answers an ``ErrorOut``."""
 
@@ -161,10 +172,12 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(422, "validation_error", text or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         status = exc.status_code
         kind = _HTTP_TYPES.get(status, "bad_request" if status < 500 else "internal_error")
         headers = dict(exc.headers or {})
+        if status == 405:  # Starlette names the methods of one route of the path, not all
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return error_response(status, kind, str(exc.detail), **headers)
 
     @app.exception_handler(Exception)

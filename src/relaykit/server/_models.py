@@ -72,27 +72,62 @@ def _as_text(value: Any) -> str:
 
 
 # -- requests ------------------------------------------------------------------------------
+#: What a state key a client sends looks like (checked by the server, which says what is
+#: wrong in words): 1 to 255 characters without NUL after an optional ``user:`` or ``temp:``
+#: prefix; ``app:`` keys are the server's own.
+STATE_KEY_PATTERN = r"^(?!app:)(?!(?:user|temp):$)(?:(?:user|temp):)?[^\x00]{1,255}$"
+_STATE_KEYS: dict[str, Any] = {"propertyNames": {"pattern": STATE_KEY_PATTERN}}
+
+
 class CreateSessionIn(BaseModel):
     """``POST /sessions``: the new session's id (generated when absent) and first state."""
 
     model_config = ConfigDict(extra="forbid")
 
-    session_id: str | None = Field(default=None, description="The id; a uuid4 hex when absent.")
+    session_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^\x00]*$",
+        description="The id: 1 to 255 characters, no NUL; a uuid4 hex when absent.",
+    )
     state: dict[str, Any] | None = Field(
-        default=None, description="Initial state, keys prefixed `app:`, `user:` or none."
+        default=None,
+        description="Initial state: keys plain (the session's) or prefixed `user:` (the user's).",
+        json_schema_extra=_STATE_KEYS,
     )
 
 
 class MessageIn(BaseModel):
     """One message of a turn: the user's text, or a tool response answering a pause."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={  # what _tool_call_id checks
+            "oneOf": [
+                {"properties": {"role": {"const": "user"}, "tool_call_id": {"type": "null"}}},
+                {
+                    "properties": {
+                        "role": {"const": "tool"},
+                        "tool_call_id": {"type": "string", "minLength": 1},
+                    },
+                    "required": ["tool_call_id"],
+                },
+            ]
+        },
+    )
 
     role: Literal["user", "tool"]
     content: str
     tool_call_id: str | None = Field(
-        default=None, description="For a tool response: the call it answers."
+        default=None, min_length=1, description="A tool response's (only): the call it answers."
     )
+
+    @model_validator(mode="after")
+    def _tool_call_id(self) -> MessageIn:
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message needs tool_call_id, and only a tool message has one")
+        return self
 
     def to_message(self) -> Message:
         """The relaykit ``Message``."""
@@ -104,14 +139,26 @@ class MessageIn(BaseModel):
 class TurnIn(BaseModel):
     """``POST /sessions/{id}/turns``: ``text`` or ``messages`` (exactly one)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={  # what _one_input checks
+            "oneOf": [
+                {"properties": {"text": {"type": "string"}}, "required": ["text"]},
+                {"properties": {"messages": {"type": "array"}}, "required": ["messages"]},
+            ]
+        },
+    )
 
     text: str | None = Field(default=None, description="One user message.")
     messages: list[MessageIn] | None = Field(
-        default=None, description="User messages and tool responses (answers to a pause)."
+        default=None,
+        min_length=1,
+        description="User messages and tool responses (answers to a pause).",
     )
     state_delta: dict[str, Any] | None = Field(
-        default=None, description="State changes stored with the user's event."
+        default=None,
+        description="State changes stored with the user's event (keys as in a new session's).",
+        json_schema_extra=_STATE_KEYS,
     )
     stream: bool = Field(default=True, description="Server-sent events; false: one JSON body.")
 
@@ -119,8 +166,6 @@ class TurnIn(BaseModel):
     def _one_input(self) -> TurnIn:
         if (self.text is None) == (self.messages is None):
             raise ValueError("give exactly one of text and messages")
-        if self.messages is not None and not self.messages:
-            raise ValueError("messages must not be empty")
         return self
 
     def to_messages(self) -> list[Message]:
@@ -191,7 +236,7 @@ class ErrorDetail(BaseModel):
             "`method_not_allowed` (405), `payload_too_large` (413), `unsupported_media_type` "
             "(415); relaykit errors by class name: `SessionNotFoundError` (404), "
             "`SessionExistsError`, `SessionBusyError`, `CheckpointNotFoundError`, "
-            "`CheckpointBusyError` (409), `ResumeTargetError`, `ConfigurationError`, "
+            "`CheckpointBusyError`, `ResumeTargetError` (409), `ConfigurationError`, "
             "`SerializationError` (422), `SessionStoreError` (503); `unavailable` (503: the "
             "server is shutting down); `internal_error` (500: a bug, see the server log)."
         )
