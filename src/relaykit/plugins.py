@@ -132,7 +132,7 @@ class Plugin:
 
     async def on_event(self, ctx: InvocationContext, event: AgentEvent) -> AgentEvent | None:
         """Called with every event of the run before it is recorded and delivered; a returned
-        event replaces it, raising rejects it (the run fails with the ``PluginError``).
+        event replaces it, raising rejects it (a ``PluginError`` event takes its place).
 
         >>> import asyncio
         >>> asyncio.run(Plugin().on_event(None, AgentEvent.exit())) is None
