@@ -401,6 +401,7 @@ async () => {
   const { readEvents } = await import("./api.js");
   const { pendingPause, currentSpeaker } = await import("./events.js");
   const { buildTurns } = await import("./timeline.js");
+  const { agentGraph, topDown } = await import("./graph.js");
   // An event stream cut at awkward places, with CRLF line ends and a keepalive comment.
   const text = ': keepalive\\r\\n\\r\\nevent: chunk\\r\\n'
     + 'data: {"event_id": "e", "delta": "a\\\\nb"}'
@@ -432,6 +433,11 @@ async () => {
     ev("user", [], { inv: "i2" }), ev("b", ["a", "b"], { inv: "i2" }),
     ev("user", [], { inv: "i2" }), ev("b", ["a", "b"], { inv: "i2" }),
   ]);
+  const kinds = new Map([["p", "ParallelAgent"], ["l", "LoopAgent"]]);
+  const rounds = buildTurns([
+    ev("x", ["p", "x"]), ev("y", ["p", "y"]), ev("x", ["p", "x"]), ev("x", []),
+    ev("w", ["l", "w"]), ev("c", ["l", "c"]), ev("w", ["l", "w"]), ev("w", []),
+  ], kinds);
   const shape = (node) =>
     node.items.map((i) => (i.event ? i.event.author : [i.node.name, shape(i.node)]));
   return {
@@ -441,13 +447,29 @@ async () => {
     answered: pendingPause(answered),
     speaker: currentSpeaker([ev("a", ["a"], { action: transfer })]),
     turns: turns.map((t) => [t.id, shape(t.root)]),
+    rounds: shape(rounds[0].root),
+    graph: (() => {
+      const leaf = (name) => ({ name, kind: "K", description: "", children: [] });
+      const tree = { name: "r", kind: "K", description: "", children: [leaf("a"), leaf("b")] };
+      const [a, b, r] = topDown(tree).nodes;
+      return {
+        centred: Math.abs((a.x + b.x) / 2 - r.x) < 0.01 && a.y === b.y && a.y > r.y,
+        wide: agentGraph(tree).getAttribute("class"),
+        narrow: agentGraph(tree, { maxWidth: 60 }).getAttribute("class"),
+        agents: [...agentGraph(tree, { active: "b" }).querySelectorAll(".active")].map(
+          (g) => g.dataset.agent,
+        ),
+      };
+    })(),
   };
 }
 """
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
-async def test_the_pages_sse_reader_pause_finder_and_timeline_tree(live_desk: LiveServer) -> None:
+async def test_the_pages_sse_reader_pause_finder_timeline_tree_and_graph_layout(
+    live_desk: LiveServer,
+) -> None:
     """The page's own functions, run in Chromium on made-up input."""
     from playwright.async_api import async_playwright
 
@@ -470,4 +492,17 @@ async def test_the_pages_sse_reader_pause_finder_and_timeline_tree(live_desk: Li
     assert got["turns"] == [
         ["i1", ["user", ["a", ["a", "a", ["b", ["b"]]]]]],
         ["i2", ["user", ["a", [["b", ["b"]]]], "user", ["a", [["b", ["b"]]]]]],
+    ]
+    # The agent graph: top-down when it fits, else indented.
+    assert got["graph"] == {
+        "centred": True,
+        "wide": "agent-graph top-down",
+        "narrow": "agent-graph indented",
+        "agents": ["b"],
+    }
+    # Parallel branches share their nodes; a loop's rounds follow each other; an agent's
+    # event without a run path (its output_key's state) goes to the agent's latest node.
+    assert got["rounds"] == [
+        ["p", [["x", ["x", "x", "x"]], ["y", ["y"]]]],
+        ["l", [["w", ["w"]], ["c", ["c"]], ["w", ["w", "w"]]]],
     ]

@@ -14,6 +14,7 @@ const $ = (id) => document.getElementById(id);
 
 const state = {
   tree: null, // GET /agent
+  kinds: new Map(), // agent name to its class, from the tree
   sessions: [], // GET /sessions
   session: null, // the open session (GET /sessions/{id}), events kept up to date below
   events: [], // the open session's events: stored ones, then those streamed since
@@ -54,7 +55,8 @@ function drawGraph() {
   const box = $("agent-graph");
   if (!state.tree) return;
   const onPath = new Set(state.selected ? state.selected.run_path : []);
-  replace(box, agentGraph(state.tree, { active: currentSpeaker(state.events), onPath }));
+  const maxWidth = box.clientWidth - 20; // the box's padding
+  replace(box, agentGraph(state.tree, { active: currentSpeaker(state.events), onPath, maxWidth }));
 }
 
 function drawSessions() {
@@ -111,7 +113,7 @@ function drawPause() {
 }
 
 function drawSide() {
-  timeline.render(state.events, state.selected && state.selected.id);
+  timeline.render(state.events, state.selected && state.selected.id, state.kinds);
   renderInspector($("inspector"), state.selected, state.session);
   drawGraph();
 }
@@ -293,6 +295,10 @@ async function start() {
   }
   try {
     state.tree = await api.agent();
+    (function walk(agent) {
+      state.kinds.set(agent.name, agent.kind);
+      agent.children.forEach(walk);
+    })(state.tree);
     $("app-name").textContent = state.tree.name;
     document.title = `relaykit · ${state.tree.name}`;
     await loadSessions();
@@ -310,6 +316,11 @@ async function start() {
   document.body.dataset.ready = "true";
 }
 
+let resizing = 0;
+window.addEventListener("resize", () => {
+  cancelAnimationFrame(resizing);
+  resizing = requestAnimationFrame(drawGraph); // the graph's shape depends on the panel's width
+});
 $("composer").addEventListener("submit", send);
 $("message").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && !e.shiftKey && !e.isComposing) {

@@ -8,43 +8,58 @@ import { KIND_LABELS, hasDelta, kindOf, summary } from "./events.js";
 
 /**
  * The turns of the events, in order: {id, events, root}. A node is {name, path, items}, an
- * item either {event} or {node}. A node's child is found again only among the children made
- * since the node's own last event, so a run path that comes back after another event (a
- * resumed invocation, say) opens a new branch and the tree keeps the order of events.
+ * item either {event} or {node}. The tree keeps the order of events: an event goes into the
+ * node of its run path when that node is the latest thing that happened at its level, else a
+ * new branch starts (a loop's second round, an invocation resumed after the user answered).
+ * Only the children of a parallel agent (`kinds` maps agent names to their class) share their
+ * nodes, since they run at the same time. An agent's event without a run path (the state its
+ * output_key saves) goes into that agent's latest node.
  */
-export function buildTurns(events) {
+export function buildTurns(events, kinds = new Map()) {
   const turns = [];
   const byId = new Map();
   for (const event of events) {
     let turn = byId.get(event.invocation_id);
     if (!turn) {
-      turn = { id: event.invocation_id, events: [], root: newNode(null, []) };
+      turn = { id: event.invocation_id, events: [], root: newNode(null, []), latest: new Map() };
       byId.set(event.invocation_id, turn);
       turns.push(turn);
     }
     turn.events.push(event);
-    place(turn.root, event.run_path, event);
+    if (event.run_path.length) {
+      turn.latest.set(event.author, place(turn.root, event.run_path, event, kinds));
+    } else if (event.author !== "user" && turn.latest.has(event.author)) {
+      turn.latest.get(event.author).items.push({ event });
+    } else {
+      turn.root.items.push({ event });
+    }
   }
   return turns;
 }
 
 function newNode(name, path) {
-  return { name, path, items: [], open: new Map() };
+  return { name, path, items: [], children: new Map() };
 }
 
-function place(node, rest, event) {
+/** Put the event in the node of its run path (made when needed); that node. */
+function place(node, rest, event, kinds) {
   if (!rest.length) {
     node.items.push({ event });
-    node.open = new Map();
-    return;
+    return node;
   }
-  let child = node.open.get(rest[0]);
+  let child;
+  if (/Parallel/.test(kinds.get(node.name) || "")) {
+    child = node.children.get(rest[0]);
+  } else {
+    const last = node.items[node.items.length - 1];
+    child = last && last.node && last.node.name === rest[0] ? last.node : undefined;
+  }
   if (!child) {
     child = newNode(rest[0], [...node.path, rest[0]]);
-    node.open.set(rest[0], child);
+    node.children.set(rest[0], child);
     node.items.push({ node: child });
   }
-  place(child, rest.slice(1), event);
+  return place(child, rest.slice(1), event, kinds);
 }
 
 /** The timeline's view: render(events, selectedId) redraws it; onSelect(event) on a click. */
@@ -55,14 +70,14 @@ export class Timeline {
     this.collapsed = new Set(); // keys of the nodes the user folded
   }
 
-  render(events, selectedId) {
+  render(events, selectedId, kinds) {
     const box = this.container;
     const atBottom = box.scrollHeight - box.scrollTop - box.clientHeight < 40;
     if (!events.length) {
       replace(box, h("p", { class: "empty" }, "No events yet: send a message."));
       return;
     }
-    const turns = buildTurns(events);
+    const turns = buildTurns(events, kinds);
     replace(
       box,
       turns.map((turn, n) => this.turn(turn, n + 1, selectedId)),
@@ -72,8 +87,8 @@ export class Timeline {
 
   turn(turn, number, selectedId) {
     const first = turn.events.find((e) => e.author === "user" && e.message && e.message.role === "user");
-    const kinds = turn.events.map(kindOf);
-    const count = (kind) => kinds.filter((k) => k === kind).length;
+    const eventKinds = turn.events.map(kindOf);
+    const count = (kind) => eventKinds.filter((k) => k === kind).length;
     const plural = (n, word) => `${n} ${word}${n > 1 ? "s" : ""}`;
     const badges = [
       count("transfer") > 0 && h("span", { class: "badge transfer" }, plural(count("transfer"), "transfer")),
