@@ -16,6 +16,7 @@ SUITES = {
     "burst": "bench.burst",
     "sessions": "bench.sessions",
     "crash": "bench.crash",
+    "live": "bench.live",
 }
 
 

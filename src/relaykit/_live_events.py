@@ -149,7 +149,8 @@ class EventBuffer:
 
     def __init__(self, limit: int) -> None:
         self._items: deque[AgentEvent] = deque()
-        self._limit = limit
+        #: How many events may wait before the writer waits.
+        self.limit = limit
         self._readable = asyncio.Event()
         self._room = asyncio.Event()
         self._ended = False
@@ -170,7 +171,7 @@ class EventBuffer:
 
     async def wait_for_room(self) -> None:
         """Return once fewer than ``limit`` events wait (or the buffer ended)."""
-        while len(self._items) >= self._limit and not self._ended:
+        while len(self._items) >= self.limit and not self._ended:
             self._room.clear()
             await self._room.wait()
 
@@ -182,7 +183,7 @@ class EventBuffer:
             self._readable.clear()
             await self._readable.wait()
         ev = self._items.popleft()
-        if len(self._items) < self._limit:
+        if len(self._items) < self.limit:
             self._room.set()
         return ev
 

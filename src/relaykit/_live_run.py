@@ -118,6 +118,7 @@ class LiveRun:
         self._lock = contextlib.AsyncExitStack()
         self._before_run_ran = False
         self._audio_turns = 0
+        self._on_event_hooks = owner.plugins.has("on_event")
 
     # -- opening ----------------------------------------------------------------------------
     async def open(self) -> None:
@@ -264,8 +265,10 @@ class LiveRun:
             failure: BaseException | None = None
             try:
                 async with closing(stream.connection.receive()) as responses:
+                    buffer, order = self.buffer, self.order
                     while True:
-                        await self.buffer.wait_for_room()
+                        if len(buffer) >= buffer.limit:
+                            await buffer.wait_for_room()
                         try:
                             response = await anext(responses)
                         except StopAsyncIteration:
@@ -273,10 +276,13 @@ class LiveRun:
                         except Exception as exc:
                             failure = exc
                             break
-                        async with self.order:
+                        async with order:
                             if self.ended:
                                 return
-                            await self._guarded(stream, self._on_response(stream, response))
+                            try:
+                                await self._on_response(stream, response)
+                            except Exception as exc:
+                                await self._fail(stream, exc)
                         if self.ended or self.stream is not stream:
                             break
             except Exception as exc:  # closing the connection's stream failed
@@ -294,13 +300,6 @@ class LiveRun:
                 await self._finish(stream, error)
             return
 
-    async def _guarded(self, stream: AgentStream, step: Any) -> None:
-        """Run ``step`` (a coroutine, under the storage order); a failure ends the session."""
-        try:
-            await step
-        except Exception as exc:
-            await self._fail(stream, exc)
-
     async def _fail(self, stream: AgentStream, exc: Exception) -> None:
         """End the session after ``exc`` (under the storage order)."""
         if isinstance(exc, _StoreFailed):
@@ -315,6 +314,15 @@ class LiveRun:
         await self._finish(self.stream, AgentEvent(stream.name, stream.run_path, error=error))
 
     async def _on_response(self, stream: AgentStream, response: LiveResponse) -> None:
+        if (
+            response.partial
+            and response.transcription is None
+            and response.audio is None
+            and not stream.transcribing
+            and not self._on_event_hooks
+        ):  # the common case: a chunk of the model's text, delivered only
+            self.buffer.put(live_event(response, stream.name, stream.run_path))
+            return
         ev = live_event(response, stream.name, stream.run_path)
         message = ev.output.message if ev.output is not None else None
         calls = message is not None and bool(message.tool_calls) and response.transcription is None

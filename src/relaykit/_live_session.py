@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Awaitable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from relaykit._live_events import describe
 from relaykit._live_run import LiveRun
 from relaykit._session_state import _check_user_message, _StoreFailed
-from relaykit.errors import ConfigurationError, LiveSessionClosedError, RunnerError
+from relaykit.errors import ConfigurationError, LiveSessionClosedError, ModelError, RunnerError
 from relaykit.events import AgentEvent
 from relaykit.messages import Blob, Message
 from relaykit.models.live import LiveRunConfig
@@ -155,6 +155,7 @@ class LiveSession:
             ConfigurationError: not a user message or a tool response.
             RunnerError: the input was sent but could not be stored; the session ended (the
                 model has the input: do not send it again).
+            ModelError: the connection refused the input (nothing stored).
         """
         self._check_open()
         if not isinstance(message, Message):
@@ -173,7 +174,7 @@ class LiveSession:
                 stream = run.stream
                 assert invocation is not None and stream is not None
                 message = await invocation.user_message(message)
-                await stream.connection.send(message)
+                await _forward(stream.name, stream.connection.send(message))
                 try:
                     await invocation.store_user(message, {})
                 except _StoreFailed as failed:
@@ -195,6 +196,7 @@ class LiveSession:
             ConfigurationError: not a ``Blob``, or larger than
                 ``LiveRunConfig.max_realtime_chunk_bytes`` (nothing sent).
             LiveSessionClosedError: the session has ended.
+            ModelError: the connection refused the chunk.
         """
         if not isinstance(blob, Blob):
             raise ConfigurationError(
@@ -212,7 +214,7 @@ class LiveSession:
             self._check_open()
             stream = run.stream
             assert stream is not None
-            await stream.connection.send_realtime(blob)
+            await _forward(stream.name, stream.connection.send_realtime(blob))
 
     # -- output -----------------------------------------------------------------------------
     def events(self) -> AsyncIterator[AgentEvent]:
@@ -236,3 +238,14 @@ class LiveSession:
             if ev is None:
                 return
             yield ev
+
+
+async def _forward(agent_name: str, sending: Awaitable[None]) -> None:
+    """Await a send on the connection; its failure as a ``ModelError`` naming the agent."""
+    try:
+        await sending
+    except Exception as exc:
+        raise ModelError(
+            f"sending to the live model of agent {agent_name!r} failed: {describe(exc)}",
+            provider="live",
+        ) from exc

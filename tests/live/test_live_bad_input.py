@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -11,10 +13,11 @@ from relaykit import Blob, Message
 from relaykit.errors import (
     ConfigurationError,
     LiveSessionClosedError,
+    ModelError,
     ResumeTargetError,
     RunnerError,
 )
-from relaykit.models.live import LiveResponse, ScriptedLiveModel
+from relaykit.models.live import LiveConfig, LiveResponse, ScriptedLiveModel
 from tests.live.support import WAIT, Recorder, live, partial, read_all, rows, runner, shown, stored
 
 
@@ -166,3 +169,48 @@ async def test_an_interrupted_turn_is_delivered_and_ends_nothing(session_service
     assert shown(events) == [("partial", "Let me tell you"), ("bare",), ("assistant", "Yes?")]
     assert events[1].output.custom.interrupted  # type: ignore[union-attr]
     assert rows(await stored(session_service)) == [("desk", "assistant", "Yes?")]
+
+
+class RefusingConnection:
+    """A connection whose sends fail (the socket went away) while receive waits."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self._closed = asyncio.Event()
+
+    async def send(self, message: Message) -> None:
+        raise ConnectionResetError("peer reset")
+
+    async def send_realtime(self, blob: Blob) -> None:
+        raise ConnectionResetError("peer reset")
+
+    async def receive(self) -> AsyncIterator[LiveResponse]:
+        await self._closed.wait()
+        return
+        yield
+
+    async def close(self) -> None:
+        self.closed = True
+        self._closed.set()
+
+
+class RefusingModel:
+    def __init__(self) -> None:
+        self.connection = RefusingConnection()
+
+    async def connect(self, config: LiveConfig) -> RefusingConnection:
+        return self.connection
+
+
+async def test_a_send_the_connection_refuses_is_a_model_error_and_stores_nothing(
+    session_service: Any,
+) -> None:
+    model = RefusingModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service)
+    async with live(r) as session:
+        with pytest.raises(ModelError, match=r"agent 'desk' failed: ConnectionResetError: peer"):
+            await session.send(Message.user("hello"))
+        with pytest.raises(ModelError, match="peer reset"):
+            await session.send_realtime(Blob("audio/pcm", b"\x00"))
+    assert model.connection.closed
+    assert await stored(session_service) == []
