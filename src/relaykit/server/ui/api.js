@@ -23,9 +23,9 @@ export function setApiKey(key) {
   else localStorage.removeItem(KEY_STORAGE);
 }
 
-function headers(json) {
-  const out = { Accept: json ? "application/json" : "text/event-stream" };
-  if (json !== null) out["Content-Type"] = "application/json";
+function headers(withBody, accept = "application/json") {
+  const out = { Accept: accept };
+  if (withBody) out["Content-Type"] = "application/json";
   const key = apiKey();
   if (key) out.Authorization = `Bearer ${key}`;
   return out;
@@ -47,7 +47,7 @@ async function failure(response) {
 }
 
 async function call(method, path, body) {
-  const init = { method, headers: headers(body === undefined ? true : body) };
+  const init = { method, headers: headers(body !== undefined) };
   if (body !== undefined) init.body = JSON.stringify(body);
   const response = await fetch(new URL(path, BASE), init);
   if (!response.ok) throw await failure(response);
@@ -72,7 +72,7 @@ export const api = {
 async function* stream(path, body) {
   const response = await fetch(new URL(path, BASE), {
     method: "POST",
-    headers: { ...headers(true), Accept: "text/event-stream" },
+    headers: headers(true, "text/event-stream"),
     body: JSON.stringify({ ...body, stream: true }),
   });
   if (!response.ok) throw await failure(response);
