@@ -37,6 +37,8 @@ NO_CHROMIUM = (
     "no Chromium binary: install Debian's chromium (apt-get install chromium; .ci/run does) "
     "or set RELAYKIT_TEST_CHROMIUM to one"
 )
+#: How long a browser step may wait for the page (milliseconds).
+WAIT_MS = 20_000
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -187,7 +189,13 @@ def _serve(tmp_path: Path, api_keys: Mapping[str, str] | None) -> Iterator[LiveS
 
 
 async def _browser(pw: Any) -> Any:
-    return await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    from playwright.async_api import expect
+
+    # Generous waits: a loaded CI machine may be slow, and a wait ends as soon as it holds.
+    expect.set_options(timeout=WAIT_MS)
+    return await pw.chromium.launch(
+        executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=WAIT_MS * 2
+    )
 
 
 def _watch(page: Any) -> list[str]:
