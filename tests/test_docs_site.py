@@ -94,17 +94,20 @@ def test_reference_index_names_every_public_name() -> None:
     assert not missing, f"reference/index.md does not list {missing}"
 
 
-def test_the_docstring_extension_fences_doctests_and_literal_blocks() -> None:
+def test_the_docstring_extension_fences_doctests_and_literal_blocks_and_links_pages() -> None:
     spec = importlib.util.spec_from_file_location(
         "griffe_relaykit", DOCS / "_ext" / "griffe_relaykit.py"
     )
-    if importlib.util.find_spec("griffe") is None or spec is None or spec.loader is None:
+    if not _importable("griffe") or spec is None or spec.loader is None:
         pytest.skip("the docs extra is not installed (griffe)")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    text = "Run it.\n>>> 1 + 1\n2\n\nExample::\n\n    x = 1\n    y = 2\n\nAfter."
+    text = (
+        "Run it (docs/tracing.md#spans).\n>>> 1 + 1\n2\n\n"
+        "Example::\n\n    x = 1\n    y = 2\n\nAfter ``docs/x.md``."
+    )
     assert module.fence_docstring(text).split("\n") == [
-        "Run it.",
+        "Run it ([docs/tracing.md#spans](../tracing.md#spans)).",
         "",
         "```pycon",
         ">>> 1 + 1",
@@ -118,5 +121,5 @@ def test_the_docstring_extension_fences_doctests_and_literal_blocks() -> None:
         "y = 2",
         "```",
         "",
-        "After.",
+        "After ``docs/x.md``.",
     ]

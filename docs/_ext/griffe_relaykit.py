@@ -9,7 +9,9 @@ extension
   up to a blank line) as a ``pycon`` code block;
 * turns a paragraph ending in ``::`` and the indented block after it into a paragraph ending in
   ``:`` and a ``python`` code block;
-* gives an attribute without a docstring the ``#:`` comment lines right above it.
+* gives an attribute without a docstring the ``#:`` comment lines right above it;
+* links the pages of the docs a docstring names (``docs/sessions.md#storage``): the API
+  reference pages are in ``docs/reference/``, so the link goes one folder up.
 
 The source files are never changed: this only changes what the docs site shows.
 """
@@ -24,6 +26,24 @@ import griffe
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _DOCTEST = re.compile(r"^(\s*)>>>( |$)")
+_DOCS_PAGE = re.compile(r"(?<![\w/.`\[-])(?<!\]\()docs/((?:[\w-]+/)*[\w-]+\.md(?:#[\w-]+)?)")
+_CODE_SPAN = re.compile(r"``.*?``|`[^`]*`")
+
+
+def link_docs_pages(line: str) -> str:
+    """``line`` with each ``docs/<page>.md[#anchor]`` outside code spans made a link.
+
+    >>> link_docs_pages("Events (docs/tracing.md#spans); ``docs/x.md``")
+    'Events ([docs/tracing.md#spans](../tracing.md#spans)); ``docs/x.md``'
+    """
+    parts: list[str] = []
+    last = 0
+    for code in _CODE_SPAN.finditer(line):
+        parts.append(_DOCS_PAGE.sub(r"[docs/\1](../\1)", line[last : code.start()]))
+        parts.append(code.group(0))
+        last = code.end()
+    parts.append(_DOCS_PAGE.sub(r"[docs/\1](../\1)", line[last:]))
+    return "".join(parts)
 
 
 def _indent(line: str) -> int:
@@ -31,17 +51,8 @@ def _indent(line: str) -> int:
 
 
 def fence_docstring(text: str) -> str:
-    """``text`` with its doctest sessions and ``::`` literal blocks fenced for Markdown.
-
-    >>> print(fence_docstring("Add.\\n\\n>>> 1 + 1\\n2\\n\\nDone."))
-    Add.
-    <BLANKLINE>
-    ```pycon
-    >>> 1 + 1
-    2
-    ```
-    <BLANKLINE>
-    Done.
+    """``text`` with its doctest sessions and ``::`` literal blocks fenced for Markdown, and
+    its mentions of docs pages linked (tests/test_docs_site.py shows an example).
     """
     lines = text.split("\n")
     out: list[str] = []
@@ -90,7 +101,7 @@ def fence_docstring(text: str) -> str:
                 out.append(" " * base + "```")
                 i = k
                 continue
-        out.append(line)
+        out.append(link_docs_pages(line))
         i += 1
     return "\n".join(out)
 
