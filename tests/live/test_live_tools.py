@@ -261,3 +261,83 @@ async def test_a_transfer_while_transcribing_flushes_the_held_events_first(
         ("tool", "successfully transferred to agent [orders]"),
     ]
     assert len(orders_model.connects) == 1
+
+
+async def test_tool_writes_to_session_values_are_stored_with_its_result(
+    session_service: Any,
+) -> None:
+    @rk.tool
+    def remember(ctx: rk.ToolContext, city: str) -> str:
+        """Remember the user's city."""
+        ctx.state["user:city"] = city
+        return "noted"
+
+    model = ScriptedLiveModel([[call("c1", "remember", '{"city": "Lyon"}')]])
+    r = runner(rk.ChatModelAgent("desk", live_model=model, tools=[remember]), session_service)
+    async with live(r) as session:
+        await read_all(session)
+    saved = await stored(session_service)
+    assert saved[-1].message is not None and saved[-1].message.content == "noted"
+    assert saved[-1].state_delta == {"user:city": "Lyon"}
+    state = (await session_service.get_session("live-tests", "u1", "s1")).state
+    assert state["user:city"] == "Lyon"
+
+
+async def test_a_transfer_answers_the_calls_its_agent_left_pending(session_service: Any) -> None:
+    triage_model = ScriptedLiveModel(
+        [[call("r1", "refund", '{"amount": 5}'), WAIT, transfer("orders")]]
+    )
+    orders_model = ScriptedLiveModel([[]])
+    triage = rk.ChatModelAgent("triage", tools=[refund], live_model=triage_model)
+    orders = rk.ChatModelAgent("orders", live_model=orders_model)
+    r = runner(rk.set_sub_agents(triage, [orders]), session_service)
+    async with live(r) as session:
+        reader = session.events()
+        await anext(reader)
+        await anext(reader)  # the pause
+        await session.send(Message.user("never mind"))
+        rest = [ev async for ev in reader]
+    assert shown(rest)[-2:] == [
+        ("call", "transfer_to_agent"),
+        ("tool", "successfully transferred to agent [orders]"),
+    ]
+    context = [m.content for m in orders_model.connects[0].messages]
+    assert (
+        "For context: [triage] `refund` tool returned result: error: abandoned — the live "
+        "session ended."
+    ) in context
+    answer = [
+        e for e in await stored(session_service) if e.message and e.message.tool_call_id == "r1"
+    ]
+    assert answer[0].author == "triage" and answer[0].message is not None
+    assert answer[0].message.content == "error: abandoned — the live session ended"
+
+
+async def test_transfers_beyond_max_transfers_end_the_session(session_service: Any) -> None:
+    a_model = ScriptedLiveModel([[transfer("b")], [transfer("b", "t3")]])
+    b_model = ScriptedLiveModel([[transfer("a", "t2")]])
+    a = rk.ChatModelAgent("a", live_model=a_model)
+    b = rk.ChatModelAgent("b", live_model=b_model)
+    r = runner(rk.set_sub_agents(a, [b]), session_service, max_transfers=2)
+    async with live(r) as session:
+        events = await read_all(session)
+    assert shown(events)[-1] == ("error", "MaxTransfersError")
+    assert [[s.agent_name for s in ev.run_path] for ev in events[-3:]] == [["a", "b", "a"]] * 3
+    assert len(a_model.connects) == 2 and len(b_model.connects) == 1
+
+
+async def test_an_event_a_plugin_rejects_becomes_a_stored_error_and_the_session_goes_on(
+    session_service: Any,
+) -> None:
+    class Guard(rk.Plugin):
+        async def on_event(self, ctx: rk.InvocationContext, event: rk.AgentEvent) -> None:
+            if event.message is not None and "secret" in event.message.content:
+                raise ValueError("leak")
+
+    model = ScriptedLiveModel([[Message.assistant("the secret is 42"), Message.assistant("ok")]])
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service, plugins=[Guard()])
+    async with live(r) as session:
+        events = await read_all(session)
+    assert shown(events) == [("error", "PluginError"), ("assistant", "ok")]
+    saved = await stored(session_service)
+    assert "leak" in (saved[0].error or "") and rows(saved) == [("desk", "assistant", "ok")]
