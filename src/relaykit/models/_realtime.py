@@ -98,21 +98,22 @@ def cause_text(exc: BaseException) -> str:
 
 
 def closed_error(
-    provider: str, model: str, code: int | None, reason: str, *, mid_turn: bool
+    provider: str, subject: str, code: int | None, reason: str, *, mid_turn: bool
 ) -> ModelError:
     """The error of a connection the server closed (``code`` None: no close frame came).
 
-    ``reason`` is the server's close reason, in its own words.
+    ``subject`` names the model (``"gemini live model 'x'"``); ``reason`` is the server's close
+    reason, in its own words.
     """
     what = f"close code {code}" if code is not None else "no close frame"
     detail = f"{what}: {reason}" if reason else what
     if mid_turn and (code in NORMAL_CLOSE_CODES):
         message = (
-            f"{provider} live model {model!r}: the server closed the connection in the middle "
+            f"{subject}: the server closed the connection in the middle "
             f"of a model turn ({detail}); the turn's partial output was dropped"
         )
     else:
-        message = f"{provider} live model {model!r}: the connection failed ({detail})"
+        message = f"{subject}: the connection failed ({detail})"
     return ModelError(message, provider=provider)
 
 

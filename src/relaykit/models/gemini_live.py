@@ -280,7 +280,9 @@ class GeminiLiveConnection:
             if exc.code in NORMAL_CLOSE_CODES and not mid_turn:
                 return None
             reason = exc.details if isinstance(exc.details, str) else (exc.message or "")
-            return closed_error(PROVIDER, self._model, exc.code, reason, mid_turn=mid_turn)
+            return closed_error(
+                PROVIDER, f"gemini live model {self._model!r}", exc.code, reason, mid_turn=mid_turn
+            )
         return ModelError(
             f"gemini live model {self._model!r}: the connection failed ({cause_text(exc)})",
             provider=PROVIDER,

@@ -299,8 +299,9 @@ class OpenAIRealtimeConnection:
                 if code in NORMAL_CLOSE_CODES and not self._mid_turn:
                     return
                 reason = exc.rcvd.reason if exc.rcvd is not None else ""
+                subject = f"openai realtime model {self._model!r}"
                 raise closed_error(
-                    PROVIDER, self._model, code, reason, mid_turn=self._mid_turn
+                    PROVIDER, subject, code, reason, mid_turn=self._mid_turn
                 ) from exc
             except Exception as exc:
                 if self._closed:
@@ -310,13 +311,16 @@ class OpenAIRealtimeConnection:
                     f"({cause_text(exc)})",
                     provider=PROVIDER,
                 ) from exc
-            for response in self._read(event):
-                yield response
+            responses = self._read(event)
             if isinstance(event, ResponseDoneEvent) and self._want_response:
+                # Input that waited for the model to be free gets its response now, before the
+                # caller sees the end of the turn (and perhaps stops reading).
                 try:
                     await self._request_response()
                 except Exception as exc:
                     raise _send_error(self._model, "a response request", exc) from exc
+            for response in responses:
+                yield response
 
     def _read(self, event: RealtimeServerEvent) -> list[LiveResponse]:
         buffer = self._buffer

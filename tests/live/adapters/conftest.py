@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
 
 GUARD_SECONDS = 10.0
 """How long a script waits for the client's next frame before the test fails (a hang guard)."""
@@ -92,6 +93,8 @@ class LiveServer:
         self.tls = tls
         self.port = 0
         self.script: Script | None = None
+        #: When set, the HTTP status that refuses every WebSocket handshake.
+        self.refuse_status: int | None = None
         #: One peer per connection, in order.
         self.peers: list[Peer] = []
         self.errors: list[BaseException] = []
@@ -105,6 +108,11 @@ class LiveServer:
     def run(self, script: Script) -> None:
         """Play ``script`` on each next connection."""
         self.script = script
+
+    def process_request(self, ws: ServerConnection, request: Request) -> Response | None:
+        if self.refuse_status is None:
+            return None
+        return ws.respond(self.refuse_status, "refused by the test server\n")
 
     async def handler(self, ws: ServerConnection) -> None:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -143,7 +151,9 @@ class LiveServer:
 
 async def _serving(tls: ssl.SSLContext | None) -> AsyncIterator[LiveServer]:
     server = LiveServer(tls)
-    async with serve(server.handler, "127.0.0.1", 0, ssl=tls) as ws_server:
+    async with serve(
+        server.handler, "127.0.0.1", 0, ssl=tls, process_request=server.process_request
+    ) as ws_server:
         server.port = next(iter(ws_server.sockets)).getsockname()[1]
         yield server
         # Scripts end when their test is over; a failed one fails the test.
