@@ -334,6 +334,11 @@ async def test_every_error_is_an_error_out() -> None:
                 "validation_error",
             ),
             (await http.post("/sessions", json={"session_id": ""}), 422, "validation_error"),
+            (
+                await http.post("/sessions", content=b"{}", headers={"content-type": "text/plain"}),
+                415,
+                "unsupported_media_type",
+            ),
             (await http.get("/sessions"), 500, "internal_error"),
         ]
         for response, status, kind in cases:

@@ -60,7 +60,6 @@ _HTTP_TYPES: dict[int, ErrorType] = {
     400: "bad_request",
     404: "not_found",
     405: "method_not_allowed",
-    413: "payload_too_large",
     415: "unsupported_media_type",
 }
 
@@ -69,6 +68,7 @@ _STATUS_TEXT = {
     401: "no API key, or an unknown one",
     404: "an unknown session (another user's too), or an unknown path",
     409: "the session is busy, exists already, or its pause does not wait for that answer",
+    415: "the body is not sent as JSON (Content-Type: application/json)",
     422: "the body or a parameter is invalid, or the Runner refused the call",
     500: "a bug in the server or the app (the message says no more: see the server log)",
     503: "the session store failed, or the server is shutting down",
@@ -162,10 +162,19 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(err.status, err.type, err.message)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = list(exc.errors())
         if any(p.get("type") == "json_invalid" for p in problems):
             return error_response(400, "validation_error", "the request body is not valid JSON")
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if await request.body() and not (
+            media_type == "application/json" or media_type.endswith("+json")
+        ):  # FastAPI reads a body as JSON only when it says it is
+            return error_response(
+                415,
+                "unsupported_media_type",
+                "send the body as JSON, with the header Content-Type: application/json",
+            )
         text = "; ".join(
             f"{'.'.join(str(x) for x in p.get('loc', ()))}: {p.get('msg', '')}" for p in problems
         )

@@ -208,7 +208,6 @@ ErrorType = Literal[
     "unauthorized",
     "not_found",
     "method_not_allowed",
-    "payload_too_large",
     "unsupported_media_type",
     "SessionNotFoundError",
     "SessionExistsError",
@@ -232,9 +231,10 @@ class ErrorDetail(BaseModel):
     type: ErrorType = Field(
         description=(
             "`validation_error` (400: the body is not JSON; 422: it does not match the schema), "
-            "`bad_request` (400), `unauthorized` (401), `not_found` (404: an unknown path), "
-            "`method_not_allowed` (405), `payload_too_large` (413), `unsupported_media_type` "
-            "(415); relaykit errors by class name: `SessionNotFoundError` (404), "
+            "`bad_request` (400), `unauthorized` (401), `not_found` (404: an unknown path or "
+            "`after` event), "
+            "`method_not_allowed` (405), `unsupported_media_type` (415: the body is not "
+            "sent as JSON); relaykit errors by class name: `SessionNotFoundError` (404), "
             "`SessionExistsError`, `SessionBusyError`, `CheckpointNotFoundError`, "
             "`CheckpointBusyError`, `ResumeTargetError` (409), `ConfigurationError`, "
             "`SerializationError` (422), `SessionStoreError` (503); `unavailable` (503: the "
