@@ -294,7 +294,8 @@ class GeminiLiveConnection:
         if content is not None:
             out.extend(self._read_content(content))
         if message.tool_call is not None and message.tool_call.function_calls:
-            self._in_turn = True
+            # The model waits for the results: what it said so far is complete.
+            self._in_turn = False
             out.extend(self._buffer.complete("text"))
             out.append(LiveResponse(Message.assistant("", self._calls(message.tool_call))))
         # setupComplete, goAway, usageMetadata, sessionResumptionUpdate and
@@ -403,7 +404,7 @@ def _connect_error(model: str, exc: Exception) -> ModelError:
 def _send_error(model: str, what: str, exc: Exception) -> ModelError:
     if isinstance(exc, websockets.ConnectionClosed):
         code = exc.rcvd.code if exc.rcvd is not None else None
-        cause = f"the connection is closed (close code {code})"
+        cause = f"connection closed, close code {code}"
     else:
         cause = cause_text(exc)
     return ModelError(

@@ -9,9 +9,11 @@ result. ``send`` adds user messages and tool results the same way; ``send_realti
 audio to the input buffer (``input_audio_buffer.append``), where the server's voice activity
 detection takes it from there.
 
-A response is requested only when none is running and every function call of the last one has
-its output, so text sent while the model speaks, or the outputs of parallel calls, wait for the
-running response to end instead of failing with ``conversation_already_has_active_response``.
+A response is requested only when none is running, so text sent while the model speaks waits
+for the running response to end instead of failing with
+``conversation_already_has_active_response``; tool outputs also wait for the other calls of
+their response (parallel calls get one response, after the last output). A long-running call
+left unanswered holds back neither user input nor the calls of later responses.
 Each ``response.done`` ends a turn (``turn_complete``), also one that ended with function
 calls. The server's ``error`` events end ``receive()`` with a ``ModelError``.
 """
@@ -200,6 +202,7 @@ class OpenAIRealtimeModel:
             for item in items:
                 await conn.conversation.item.create(item=cast(Any, item))
             if history and history[-1].role in ("user", "tool"):
+                connection._want_response = True
                 await connection._request_response()
         except BaseException as exc:
             await connection.close()
@@ -224,16 +227,19 @@ class OpenAIRealtimeConnection:
         self._buffer = TurnBuffer()
         self._response_active = False  # a response runs (or was asked for)
         self._interrupted = False  # the running response was reported interrupted
-        self._want_response = False  # input was added that needs a response
-        self._open_calls: set[str] = set()  # function calls without an output yet
+        self._want_response = False  # user input was added that needs a response
+        self._outputs_waiting = False  # tool outputs were added that need a response
+        self._batch: set[str] = set()  # the unanswered calls of the last response with calls
+        self._batch_started = False  # the running response has made calls
 
     @property
     def _mid_turn(self) -> bool:
+        # A call waiting for its output is not: the model said all it had to say.
         return (
             self._response_active
             or self._buffer.pending
-            or bool(self._open_calls)
             or self._want_response
+            or self._outputs_waiting
         )
 
     def _check_open(self) -> None:
@@ -260,19 +266,25 @@ class OpenAIRealtimeConnection:
         try:
             for item in items:
                 await self._conn.conversation.item.create(item=cast(Any, item))
-            self._open_calls.discard(message.tool_call_id or "")
+            if message.role == "tool":
+                self._batch.discard(message.tool_call_id or "")
+                self._outputs_waiting = True
+            else:
+                self._want_response = True
             await self._request_response()
         except Exception as exc:
             raise _send_error(self._model, what, exc) from exc
 
     async def _request_response(self) -> None:
-        """Send ``response.create`` when input waits for one and the model is free."""
-        self._want_response = True
-        if self._response_active or self._open_calls or self._closed:
+        """Send ``response.create`` when input waits for one and the model is free: no response
+        runs and, for tool outputs, every call of their batch has its output (a long-running
+        call from an earlier response does not hold user input back)."""
+        if self._closed or self._response_active:
             return
-        self._want_response = False
-        self._response_active = True
-        await self._conn.response.create()
+        if self._want_response or (self._outputs_waiting and not self._batch):
+            self._want_response = self._outputs_waiting = False
+            self._response_active = True
+            await self._conn.response.create()
 
     async def send_realtime(self, blob: Blob) -> None:
         """Append an audio chunk to the input buffer (in the session's input format)."""
@@ -312,7 +324,9 @@ class OpenAIRealtimeConnection:
                     provider=PROVIDER,
                 ) from exc
             responses = self._read(event)
-            if isinstance(event, ResponseDoneEvent) and self._want_response:
+            if isinstance(event, ResponseDoneEvent) and (
+                self._want_response or self._outputs_waiting
+            ):
                 # Input that waited for the model to be free gets its response now, before the
                 # caller sees the end of the turn (and perhaps stops reading).
                 try:
@@ -343,12 +357,16 @@ class OpenAIRealtimeConnection:
             # An empty complete transcription ends the partial one without storing anything.
             return buffer.complete("input", "")
         if isinstance(event, ResponseFunctionCallArgumentsDoneEvent):
-            self._open_calls.add(event.call_id)
+            if not self._batch_started:
+                self._batch_started = True
+                self._batch = set()
+            self._batch.add(event.call_id)
             call = ToolCall(event.call_id, event.name, event.arguments or "{}")
             return [*buffer.complete("text"), LiveResponse(Message.assistant("", [call]))]
         if isinstance(event, ResponseCreatedEvent):
             self._response_active = True
             self._interrupted = False
+            self._batch_started = False
             return []
         if isinstance(event, InputAudioBufferSpeechStartedEvent):
             if self._response_active and not self._interrupted:
@@ -493,7 +511,7 @@ def _status(exc: BaseException) -> int | None:
 def _send_error(model: str, what: str, exc: Exception) -> ModelError:
     if isinstance(exc, websockets.ConnectionClosed):
         code = exc.rcvd.code if exc.rcvd is not None else None
-        cause = f"the connection is closed (close code {code})"
+        cause = f"connection closed, close code {code}"
     else:
         cause = cause_text(exc)
     return ModelError(

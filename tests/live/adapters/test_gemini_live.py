@@ -600,3 +600,42 @@ async def test_live_from_string_builds_a_gemini_live_model(gemini_server: LiveSe
     await model.aclose()
     await gemini_server.finished()
     assert gemini_server.peer.frames[0]["setup"]["model"] == f"models/{MODEL}"
+
+
+async def test_a_normal_close_while_a_call_waits_for_its_result_ends_receive(
+    gemini_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await setup(peer)
+        await peer.recv()
+        call = {"id": "fc-1", "name": "approve_refund", "args": {}}
+        await peer.send({"toolCall": {"functionCalls": [call]}})
+        await peer.close(1000)
+
+    gemini_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("Refund my order"))
+    got = [r async for r in conn.receive()]
+    await conn.close()
+    await gemini_server.finished()
+    assert got == [LiveResponse(Message.assistant("", [ToolCall("fc-1", "approve_refund", "{}")]))]
+
+
+async def test_sending_after_the_server_closed_raises_a_model_error(
+    gemini_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await setup(peer)
+        await peer.close(1011, "Internal error encountered.")
+
+    gemini_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with pytest.raises(ModelError):
+        await take(conn, 1)
+    with pytest.raises(ModelError, match=r"cannot send a user message \(connection closed") as err:
+        await conn.send(Message.user("my card is 4111"))
+    assert "4111" not in str(err.value)
+    with pytest.raises(ModelError, match="cannot send realtime input"):
+        await conn.send_realtime(Blob("audio/pcm", b"\x00\x00"))
+    await conn.close()
+    await gemini_server.finished()

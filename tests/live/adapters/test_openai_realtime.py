@@ -854,3 +854,64 @@ async def test_live_from_string_builds_an_openai_realtime_model(
     await model.aclose()
     await openai_server.finished()
     assert openai_server.peer.path == f"/v1/realtime?model={MODEL}"
+
+
+async def test_a_pending_long_running_call_holds_back_neither_user_text_nor_later_calls(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.recv()
+        await peer.recv()
+        await peer.send(created("resp_1"))
+        await peer.send(function_call("resp_1", "call_approve", "approve_refund", "{}"))
+        await peer.send(done("resp_1"))
+        await peer.recv()  # the user's text, while call_approve waits for a person...
+        await peer.recv()  # ...gets its response.create
+        await peer.send(created("resp_2"))
+        await peer.send(function_call("resp_2", "call_w", "get_weather", '{"city":"Rome"}'))
+        await peer.send(done("resp_2"))
+        await peer.recv()  # the output of call_w...
+        await peer.recv()  # ...gets its response.create too
+        await peer.send(created("resp_3"))
+        await peer.send(text_done("resp_3", "21C in Rome."))
+        await peer.send(done("resp_3"))
+        await peer.close(1000)  # a normal close: the pending call is no turn in progress
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([], tools=[WEATHER]))
+    await conn.send(Message.user("Refund my order"))
+    assert len(await take(conn, 2)) == 2  # the call and the end of the turn
+    await conn.send(Message.user("Meanwhile, weather in Rome?"))
+    assert len(await take(conn, 2)) == 2
+    await conn.send(Message.tool("21C", tool_call_id="call_w"))
+    assert [r async for r in conn.receive()] == [complete("21C in Rome."), TURN_COMPLETE]
+    await conn.close()
+    await openai_server.finished()
+
+    assert openai_server.peer.frames[3:] == [
+        user_item("Meanwhile, weather in Rome?"),
+        RESPONSE_CREATE,
+        output_item("call_w", "21C"),
+        RESPONSE_CREATE,
+    ]
+
+
+async def test_sending_after_the_server_closed_raises_a_model_error(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.close(1011, "Internal server error")
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with pytest.raises(ModelError):
+        await take(conn, 1)
+    with pytest.raises(ModelError, match=r"cannot send a user message \(connection closed") as err:
+        await conn.send(Message.user("my card is 4111"))
+    assert "4111" not in str(err.value)
+    with pytest.raises(ModelError, match="cannot send realtime audio"):
+        await conn.send_realtime(Blob("audio/pcm", b"\x00\x00"))
+    await conn.close()
+    await openai_server.finished()
