@@ -17,11 +17,12 @@ from relaykit.agents import (
     Supervisor,
 )
 from relaykit.artifacts import ArtifactService, FileArtifactService, InMemoryArtifactService
+from relaykit.cancel import Cancelled, CancelMode, CancelOutcome, RunHandle
 from relaykit.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from relaykit.codec import register_type
 from relaykit.compaction import CompactionConfig
 from relaykit.context import RunContext
-from relaykit.errors import AgentRunError, ToolError
+from relaykit.errors import AgentRunError, StreamCancelledError, ToolError
 from relaykit.events import (
     AgentAction,
     AgentEvent,
@@ -110,6 +111,9 @@ __all__ = [
     "BaseAgent",
     "Blob",
     "BreakLoopAction",
+    "CancelMode",
+    "CancelOutcome",
+    "Cancelled",
     "ChatModel",
     "ChatModelAgent",
     "CheckpointStore",
@@ -149,6 +153,7 @@ __all__ = [
     "ResumeInfo",
     "ResumeOptions",
     "RunContext",
+    "RunHandle",
     "RunPath",
     "RunResult",
     "RunStep",
@@ -159,6 +164,7 @@ __all__ = [
     "Session",
     "SessionEvent",
     "SessionService",
+    "StreamCancelledError",
     "Supervisor",
     "Tool",
     "ToolCall",

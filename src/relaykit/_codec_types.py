@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from relaykit._codec_errors import corrupt
-from relaykit.errors import StoredError, WillRetryError
+from relaykit.errors import StoredError, StreamCancelledError, WillRetryError
 
 __all__ = ["DECODERS", "ENCODERS", "SUBCLASS_ENCODERS", "Decoder", "Encoder", "expect"]
 
@@ -132,9 +132,12 @@ def _decode_error(inner: Any, depth: int) -> BaseException:
     ):
         raise corrupt("__error__ must hold an object with a str 'type' and 'message'")
     type_name = inner.get("type", "Exception")
-    # The one error class the run loop acts on (a retried stream is skipped, FA-17).
+    # The error classes the run loop acts on: a retried stream (FA-17) and a stream cut by a
+    # cancel (D26) are left out of histories.
     if type_name == "WillRetryError":
         return WillRetryError(inner["message"])
+    if type_name == "StreamCancelledError":
+        return StreamCancelledError(inner["message"])
     return StoredError(type_name, inner["message"])
 
 

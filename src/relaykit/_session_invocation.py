@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from relaykit._aio import closing
+from relaykit._cancel import cancelled_event
 from relaykit._invocation import Invocation
 from relaykit._session_history import (
     STOPPED_TEXT,
@@ -51,6 +52,7 @@ from relaykit.errors import (
     PluginError,
     RunnerError,
     SerializationError,
+    StreamCancelledError,
     WillRetryError,
 )
 from relaykit.events import AgentEvent, AgentOutput, RunStep
@@ -304,6 +306,7 @@ class Run:
         options.agent_options = self.turn.agent_options
         options.writes = self.writes
         options.invocation = self.invocation
+        options.cancel = self.turn.cancel
         try:
             early = await self._before_run()
         except PluginError as exc:
@@ -426,6 +429,11 @@ class Run:
                             continue
                         info = interrupt_of(ev)
                         if info is not None and info.contexts:
+                            cancel = ctx.options.cancel
+                            if cancel is not None and cancel.mode is not None and not interrupted:
+                                ev = cancelled_event(ev, cancel)  # D26: a paused run
+                                info = interrupt_of(ev)
+                                assert info is not None
                             if interrupted:
                                 err = AgentEvent(
                                     ev.agent_name,
@@ -446,13 +454,17 @@ class Run:
                                 if isinstance(saved.error, SerializationError):
                                     continue  # the interrupt itself is replaced by the error
                             interrupted = True
+                            if cancel is not None:
+                                cancel.ended_with(info)
                         out = ev.output
                         if out is not None and out.stream is not None:
                             yield ev  # delivered while it streams, stored once complete
                             try:
                                 message: Message | None = await out.stream.collect()
-                            except WillRetryError:
-                                continue  # never stored: the retried message is (D28)
+                            except (WillRetryError, StreamCancelledError):
+                                # Never stored: the retried message is (D28); a reply a cancel
+                                # cut is made again by the resume (D26).
+                                continue
                             except Exception:
                                 # A broken stream: the agent's own error event reports it
                                 # (stored next); the partial message is never stored.

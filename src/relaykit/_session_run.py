@@ -19,10 +19,11 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from relaykit._aio import closing
+from relaykit._cancel import CancelSignal
 from relaykit._invocation import Invocation
 from relaykit._session_history import (
     Route,
@@ -125,7 +126,8 @@ class SessionRunner:
         session_values: Mapping[str, Any] | None,
         skip: bool,
         agent_options: dict[str, AgentOptions] | None = None,
-    ) -> AsyncIterator[AgentEvent]:
+        cancel: CancelSignal | None = None,
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Check the call now (``ConfigurationError``), run nothing until iterated."""
         if user_id is None or session_id is None:
             raise ConfigurationError(
@@ -172,11 +174,13 @@ class SessionRunner:
             }
             if temp:
                 dumps(temp, kind="relaykit/temp-state")  # kept in a pause: must be savable
-        turn = _Turn(ref, msgs, resume, dict(targets or {}), delta, skip, agent_options or {})
+        turn = _Turn(
+            ref, msgs, resume, dict(targets or {}), delta, skip, agent_options or {}, cancel
+        )
         return self._locked(turn)
 
     # -- the turn ---------------------------------------------------------------------------
-    async def _locked(self, turn: _Turn) -> AsyncIterator[AgentEvent]:
+    async def _locked(self, turn: _Turn) -> AsyncGenerator[AgentEvent, None]:
         ref = turn.ref
         async with self.service.lock(
             ref.app_name, ref.user_id, ref.session_id, timeout=self.lock_timeout

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from relaykit._cancel import CancelSignal
 from relaykit._session_history import (
     record_of,
     superseded_ids,
@@ -111,6 +112,8 @@ class _Turn:
     delta: dict[str, Any]
     skip: bool
     agent_options: dict[str, AgentOptions] = field(default_factory=dict)
+    #: The run's cancel signal (``RunHandle.cancel``, D26).
+    cancel: CancelSignal | None = None
 
 
 class _StoreFailed(Exception):

@@ -15,6 +15,7 @@ from relaykit.resume import Address, ResumeState
 
 if TYPE_CHECKING:
     # agent.py imports this module: the agent type is only needed by the type checker.
+    from relaykit._cancel import CancelSignal
     from relaykit._invocation import Invocation
     from relaykit.agent import Agent
     from relaykit.options import AgentOptions
@@ -56,19 +57,20 @@ class RecordedEvent:
         self.message: Message | None = out.message if out is not None else None
         #: ``message`` as another agent reads it (a user-role context line), cached.
         self.rewritten: Message | None = None
-        #: True for a stream that ended with ``WillRetryError`` (left out of histories).
+        #: True for a stream that ended with ``WillRetryError``, or was cut by a cancel
+        #: (``StreamCancelledError``): left out of histories.
         self.skip = False
 
     async def resolve(self) -> Message | None:
         """The event's message, concatenating a stream on first use (None for an event without
-        one, or a stream that will be retried)."""
+        one, a stream that will be retried, or one a cancel cut)."""
         out = self.event.output
         if self.message is None and out is not None and out.stream is not None:
-            from relaykit.errors import WillRetryError
+            from relaykit.errors import StreamCancelledError, WillRetryError
 
             try:
                 self.message = await out.stream.collect()
-            except WillRetryError:
+            except (WillRetryError, StreamCancelledError):
                 self.skip = True
                 return None
         return self.message
@@ -178,6 +180,9 @@ class RunOptions:
     #: The options of this ``run`` or ``resume`` call meant for one agent each, by agent name
     #: (``Runner.run(agent_options=...)``, docs/retries-and-options.md).
     agent_options: Mapping[str, AgentOptions] = field(default_factory=dict)
+    #: The run's cancel signal (``RunHandle.cancel``, docs/cancellation.md); agents stop at
+    #: their safe points when a cancel is asked for. None: nothing can cancel the run.
+    cancel: CancelSignal | None = None
 
     def count_transfer(self, source: str, dest: str) -> str | None:
         """Count one transfer from ``source`` to ``dest``; the error text if it exceeds the

@@ -31,6 +31,7 @@ __all__ = [
     "SessionNotFoundError",
     "SessionStoreError",
     "StoredError",
+    "StreamCancelledError",
     "ToolError",
     "WillRetryError",
 ]
@@ -302,6 +303,17 @@ class WillRetryError(RelayKitError):
         super().__init__(message)
         #: The number of the retry about to start.
         self.retry_attempt = retry_attempt
+
+
+class StreamCancelledError(RelayKitError):
+    """A streamed model reply that an immediate cancel cut (``RunHandle.cancel``, D26).
+
+    Reading the stream ends with this error; the partial reply never enters any history,
+    checkpoint or session, and the resumed run calls the model again.
+
+    >>> issubclass(StreamCancelledError, RelayKitError)
+    True
+    """
 
 
 class ToolError(RelayKitError):

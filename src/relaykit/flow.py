@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from relaykit._agent_hooks import HeldExit, after_agent_event, before_agent, ended_in_failure
 from relaykit._agent_hooks import answer as hook_answer
 from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
+from relaykit._cancel import NotStarted
 from relaykit._chains import (
     PendingChain,
     TrailingTransfers,
@@ -34,7 +35,7 @@ from relaykit.agent import Agent, AgentInput
 from relaykit.context import PriorTurns, RecordedEvent, RunContext
 from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import AgentAction, AgentEvent, RunStep
-from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of
+from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of, stateful_interrupt
 from relaykit.messages import Message
 
 if TYPE_CHECKING:
@@ -192,6 +193,11 @@ class FlowAgent:
     async def _start_run(
         self, child: RunContext, input: AgentInput | None, options: dict[str, Any]
     ) -> tuple[AsyncIterator[AgentEvent], None, Invocation | None]:
+        cancel = child.options.cancel
+        if cancel is not None and cancel.mode is not None:
+            # D26: an agent starting after a cancel does not start (a transfer target never
+            # calls its model); the resume starts it.
+            return _one(stateful_interrupt(child, cancel.info(), NotStarted())), None, None
         after: Invocation | None = None
         inv = child.options.invocation
         if inv is not None and inv.plugins and not self._inside_itself(child):
@@ -241,6 +247,8 @@ class FlowAgent:
         )
         mine = state.claim(child.address, info)
         if mine.was_interrupted:
+            if isinstance(mine.interrupt_state, NotStarted):  # a cancel stopped it (D26)
+                return await self._start_run(child, None, options)
             resume = getattr(self.agent, "resume", None)
             if resume is None:
                 raise ConfigurationError(
@@ -523,6 +531,10 @@ class FlowAgent:
                 msg = stripped
             entries.append(HistoryEntry(False, rec.event.agent_name, msg))
         return AgentInput(await self.history_rewriter(ctx, entries), streaming)
+
+
+async def _one(event: AgentEvent) -> AsyncIterator[AgentEvent]:
+    yield event
 
 
 def _prior_messages(prior: PriorTurns, name: str, skip: bool) -> list[Message]:

@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from relaykit.codec import register_adapter, register_type
-from relaykit.errors import RelayKitError, SerializationError
+from relaykit.errors import RelayKitError, SerializationError, StreamCancelledError
+
+if TYPE_CHECKING:
+    from relaykit._cancel import CancelSignal
 
 __all__ = ["Blob", "Message", "MessageStream", "Role", "ToolCall", "concat_messages"]
 
@@ -147,7 +150,7 @@ def concat_messages(chunks: Iterable[Message]) -> Message:
 class _Source:
     """The shared buffer behind a stream and all its readers."""
 
-    __slots__ = ("chunks", "done", "error", "iterator", "lock", "message")
+    __slots__ = ("chunks", "cut", "done", "error", "iterator", "lock", "message")
 
     def __init__(self, iterator: AsyncIterator[Message] | None, chunks: list[Message]) -> None:
         self.iterator = iterator
@@ -156,6 +159,9 @@ class _Source:
         self.error: BaseException | None = None
         self.lock: asyncio.Lock | None = None
         self.message: Message | None = None
+        # The run's cancel signal, for a model reply an agent yields: an immediate cancel cuts
+        # the stream (StreamCancelledError, D26). None: nothing cuts it.
+        self.cut: CancelSignal | None = None
 
     async def pull(self, have: int) -> bool:
         """Make sure chunk number ``have`` is buffered; False when the stream ended before it."""
@@ -168,7 +174,11 @@ class _Source:
                 return False
             assert self.iterator is not None
             try:
-                chunk = await anext(self.iterator)
+                cut = self.cut
+                if cut is None:
+                    chunk = await anext(self.iterator)
+                else:
+                    chunk = await cut.next_chunk(self.iterator)
             except StopAsyncIteration:
                 self._finish()
                 return False
@@ -296,7 +306,10 @@ def _save_stream(stream: MessageStream) -> Mapping[str, Any]:
             "materialise it first (materialize_streams)"
         )
     chunks = stream.chunks
-    return {"message": concat_messages(chunks) if chunks else None, "error": stream.error}
+    error = stream.error
+    if isinstance(error, StreamCancelledError):
+        return {"message": None, "error": error}  # a cut reply is never kept (D26)
+    return {"message": concat_messages(chunks) if chunks else None, "error": error}
 
 
 def _load_stream(fields: dict[str, Any]) -> MessageStream:

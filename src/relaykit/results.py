@@ -11,7 +11,7 @@ from relaykit.events import AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
 
-__all__ = ["RunResult", "collect"]
+__all__ = ["RunResult", "collect", "summarize"]
 
 
 @dataclass(slots=True)
@@ -39,10 +39,20 @@ class RunResult:
 
 
 async def collect(events: AsyncIterator[AgentEvent]) -> RunResult:
+    """Iterate ``events`` to the end (closing them) and summarise them (``summarize``)."""
     collected: list[AgentEvent] = []
     async with closing(events):
         async for ev in events:
             collected.append(ev)
+    return await summarize(collected)
+
+
+async def summarize(
+    collected: list[AgentEvent], ended_with: InterruptInfo | None = None
+) -> RunResult:
+    """The result of a run that delivered ``collected``: its output, its interrupt (else
+    ``ended_with``, the interrupt the run ended with when its event was delivered elsewhere);
+    ``AgentRunError`` when the last agent event is an error and the run did not pause."""
     output: Message | None = None
     interrupt: InterruptInfo | None = None
     last_agent: AgentEvent | None = None
@@ -58,6 +68,8 @@ async def collect(events: AsyncIterator[AgentEvent]) -> RunResult:
             interrupt = ev.action.interrupted
         if not isinstance(ev.error, RunnerError):
             last_agent = ev
+    if interrupt is None:
+        interrupt = ended_with
     if last_agent is not None and last_agent.error is not None and interrupt is None:
         err = last_agent.error
         path = tuple(step.agent_name for step in last_agent.run_path)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from relaykit._aio import closing
+from relaykit._cancel import CancelSignal, cancelled_event
 from relaykit._claims import Claim, claim_ttl, describe_store_failure
 from relaykit._invocation import Invocation
 from relaykit._live_session import LiveSession, open_live
@@ -21,6 +22,7 @@ from relaykit._runner_checks import (
 from relaykit._session_run import DEFAULT_SESSION_LOCK_TIMEOUT, SessionRunner
 from relaykit.agent import Agent, AgentInput
 from relaykit.artifacts.base import ArtifactService
+from relaykit.cancel import RunHandle
 from relaykit.checkpoints.base import (
     CheckpointStore,
     validate_checkpoint_id,
@@ -249,8 +251,13 @@ class Runner:
         state_delta: Mapping[str, Any] | None = None,
         skip_transfer_messages: bool = False,
         agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None = None,
-    ) -> AsyncIterator[AgentEvent]:
-        """Run the agent on ``messages``; nothing runs until the result is iterated.
+    ) -> RunHandle:
+        """Run the agent on ``messages``; nothing runs until the handle is iterated (or its
+        ``cancel`` or ``result`` awaited).
+
+        The ``RunHandle`` is the run's event stream (``async for event in handle``), which
+        ``handle.cancel(mode)`` stops at a safe point, paused and resumable
+        (docs/cancellation.md); ``await handle.result()`` runs it to the end.
 
         With a checkpoint store, an interrupted run is saved under ``checkpoint_id`` (or a
         generated id) before the caller receives the interrupt event, whose
@@ -286,13 +293,14 @@ class Runner:
         ['greeter']
         """
         designated = self._agent_options(agent_options)
+        cancel = CancelSignal()
         if self._sessions is not None:
             if checkpoint_id is not None:
                 raise ConfigurationError(
                     "a Runner with a session service keeps pauses with the session: "
                     "run(..., user_id=..., session_id=...) without checkpoint_id"
                 )
-            return self._sessions.turn(
+            turn = self._sessions.turn(
                 messages,
                 user_id=user_id,
                 session_id=session_id,
@@ -302,7 +310,9 @@ class Runner:
                 session_values=session_values,
                 skip=skip_transfer_messages,
                 agent_options=designated,
+                cancel=cancel,
             )
+            return RunHandle(turn, cancel)
         if checkpoint_id is not None:
             if self.checkpoint_store is None:
                 raise ConfigurationError(
@@ -315,17 +325,20 @@ class Runner:
         ctx = RunContext(
             root_input=root_input, options=RunOptions(skip_transfer_messages, self.max_transfers)
         )
+        ctx.options.cancel = cancel
         if designated:
             ctx.options.agent_options = designated
         if session_values:
             ctx.history.values.update(session_values)
         if self._plugins:
-            return self._with_plugins(ctx, root_input, checkpoint_id)
+            return RunHandle(self._with_plugins(ctx, root_input, checkpoint_id), cancel)
         if self.artifact_service is not None or self.memory_service is not None:
             self._invocation(ctx)
-        return self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)
+        return RunHandle(
+            self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None), cancel
+        )
 
-    def query(self, text: str, **options: Unpack[RunKwargs]) -> AsyncIterator[AgentEvent]:
+    def query(self, text: str, **options: Unpack[RunKwargs]) -> RunHandle:
         """``run([Message.user(text)], **options)``; see the class example.
 
         Args:
@@ -345,8 +358,8 @@ class Runner:
         state_delta: Mapping[str, Any] | None = None,
         skip_transfer_messages: bool = False,
         agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None = None,
-    ) -> AsyncIterator[AgentEvent]:
-        """Continue the run saved under ``checkpoint_id``.
+    ) -> RunHandle:
+        """Continue the run saved under ``checkpoint_id`` (a ``RunHandle``, as ``run``).
 
         Without ``targets`` every interrupted point resumes with no data; with ``targets``
         (interrupt id → data) only those points are resume targets (D8). When iterated, and
@@ -375,13 +388,14 @@ class Runner:
         See ``invoke_resume`` for an example.
         """
         designated = self._agent_options(agent_options)
+        cancel = CancelSignal()
         if self._sessions is not None:
             if checkpoint_id is not None:
                 raise ConfigurationError(
                     "a Runner with a session service resumes the session's pause: "
                     "resume(user_id=..., session_id=...) without checkpoint_id"
                 )
-            return self._sessions.turn(
+            turn = self._sessions.turn(
                 [],
                 user_id=user_id,
                 session_id=session_id,
@@ -391,7 +405,9 @@ class Runner:
                 session_values=session_values,
                 skip=skip_transfer_messages,
                 agent_options=designated,
+                cancel=cancel,
             )
+            return RunHandle(turn, cancel)
         if self.checkpoint_store is None:
             raise ConfigurationError(
                 "resume() needs a checkpoint store: Runner(agent, checkpoint_store=...)"
@@ -409,9 +425,15 @@ class Runner:
             raise ConfigurationError(
                 f"session_values must be a mapping, not {type(session_values).__name__}"
             )
-        return self._resume(
-            checkpoint_id, dict(targets or {}), session_values, skip_transfer_messages, designated
+        resumed = self._resume(
+            checkpoint_id,
+            dict(targets or {}),
+            session_values,
+            skip_transfer_messages,
+            designated,
+            cancel,
         )
+        return RunHandle(resumed, cancel)
 
     async def invoke(
         self, messages: str | Message | Sequence[Message], **options: Unpack[RunKwargs]
@@ -525,7 +547,7 @@ class Runner:
 
     async def _with_plugins(
         self, ctx: RunContext, root_input: AgentInput, checkpoint_id: str | None
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """An Eino-mode run with plugins (see ``plugin_lifecycle``)."""
         context = self._invocation(ctx)
         start = lambda: self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)  # noqa: E731
@@ -543,7 +565,8 @@ class Runner:
         session_values: Mapping[str, Any] | None,
         skip: bool,
         designated: dict[str, AgentOptions],
-    ) -> AsyncIterator[AgentEvent]:
+        cancel: CancelSignal,
+    ) -> AsyncGenerator[AgentEvent, None]:
         store = self.checkpoint_store
         assert store is not None
         claim = Claim(store, checkpoint_id, claim_ttl(store))
@@ -562,6 +585,7 @@ class Runner:
                 options=RunOptions(skip, self.max_transfers),
                 resume_state=ResumeState.of(interrupted, targets),
             )
+            ctx.options.cancel = cancel
             if designated:
                 ctx.options.agent_options = designated
             context = (
@@ -597,7 +621,7 @@ class Runner:
         gen: AsyncIterator[AgentEvent],
         checkpoint_id: str | None,
         claim: Claim | None,
-    ) -> AsyncIterator[AgentEvent]:
+    ) -> AsyncGenerator[AgentEvent, None]:
         """The one path of every run and resume: forward events, save the checkpoint when
         the run interrupts, consume (or release) a resumed checkpoint when it ends."""
         interrupted = False
@@ -623,9 +647,15 @@ class Runner:
                                 )
                                 continue
                             interrupted = True
+                            cancel = ctx.options.cancel
+                            if cancel is not None and cancel.mode is not None:
+                                ev = cancelled_event(ev, cancel)  # D26: a paused run
                             failure, ev = await self._save(ctx, ev, checkpoint_id, claim)
                             if failure is not None:
                                 yield failure
+                            saved = interrupt_of(ev)
+                            if cancel is not None and saved is not None:
+                                cancel.ended_with(saved)
                         yield ev
             except Exception as exc:  # D9: nothing crashes the caller
                 yield AgentEvent(self._root.name, ctx.run_path or (), error=exc)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+from relaykit._cancel import CancelSignal
 from relaykit.agents._tool_calls import ReplyStream
 from relaykit.errors import ModelError, WillRetryError
 from relaykit.events import AgentEvent, AgentOutput
@@ -117,10 +118,16 @@ class _Attempt:
 
 
 async def stream_with_retry(
-    model: ChatModel, request: ModelRequest, retry: ModelRetry, agent_name: str, out: list[Message]
+    model: ChatModel,
+    request: ModelRequest,
+    retry: ModelRetry,
+    agent_name: str,
+    out: list[Message],
+    cancel: CancelSignal | None = None,
 ) -> AsyncIterator[AgentEvent]:
     """Yield one streamed event per attempt; append the accepted reply (with unique tool-call
-    ids, D24) to ``out``.
+    ids, D24) to ``out``. An immediate cancel of the run (``cancel``) cuts the attempt's stream
+    (``StreamCancelledError``, not retried).
 
     Raises:
         ModelError: the retries are spent (the last stream ended with the failure itself).
@@ -128,7 +135,7 @@ async def stream_with_retry(
     """
     attempt = _Attempt(1)
     while True:
-        stream = ReplyStream(MessageStream(attempt.chunks(model, request, retry)))
+        stream = ReplyStream(MessageStream(attempt.chunks(model, request, retry)), cancel)
         try:
             yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
             reply = await stream.collect()

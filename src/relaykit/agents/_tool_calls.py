@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from pydantic_core import to_jsonable_python
 
+from relaykit._cancel import CancelSignal
 from relaykit.agents._prompts import (
     EXIT_TOOL,
     transfer_tool_spec,
@@ -80,12 +81,16 @@ class PendingToolCall:
     # Its interrupt point, until the agent's composite interrupt collects it (not saved: the
     # checkpoint saves the whole tree).
     point: InterruptContext | None = field(default=None, repr=False, compare=False)
+    #: True for a call a cancel stopped before it finished, or before it started (D26): the
+    #: resume runs it from the start (``info`` is the ``Cancelled`` value).
+    cut: bool = False
 
 
 @register_type("relaykit.ChatModelAgentState")
 @dataclass(slots=True)
 class ChatModelAgentState:
-    """A ChatModelAgent paused in a tool batch (its interrupt state).
+    """A ChatModelAgent paused in a tool batch (its interrupt state); without ``calls``, a
+    ChatModelAgent a cancel paused before a model call (D26).
 
     >>> call = ToolCall("call_1", "approve", "{}")
     >>> state = ChatModelAgentState([Message.assistant("", [call])], [call])
@@ -124,6 +129,8 @@ def checked_state(agent_name: str, state: object) -> ChatModelAgentState:
             f"state of type {type(state).__name__}"
         )
     ids = [call.id for call in state.calls]
+    if not ids and not state.pending and not state.results and state.return_directly_call is None:
+        return state  # paused before a model call (D26)
     known = set(ids)
     if (
         len(known) != len(ids)
@@ -248,11 +255,13 @@ class ReplyStream(MessageStream):
 
     __slots__ = ("_reply",)
 
-    def __init__(self, stream: MessageStream) -> None:
+    def __init__(self, stream: MessageStream, cancel: CancelSignal | None = None) -> None:
         # Sharing ``_source`` (private to messages.py) is deliberate: a pass-through iterator
         # would buffer every chunk twice and take a second lock per chunk.
         self._source = stream._source
         self._reply: Message | None = None
+        if cancel is not None:
+            self._source.cut = cancel  # an immediate cancel cuts the reply (D26)
 
     async def collect(self) -> Message:
         """The concatenated reply with unique tool-call ids (cached)."""

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from relaykit._aio import closing, ended_with, must_propagate
+from relaykit._cancel import CallCut, CancelSignal
 from relaykit.agents._hooks import call_tool, model_reply, modify_history
 from relaykit.agents._live_only import LiveOnlyModel
 from relaykit.agents._prompts import (
@@ -33,11 +34,13 @@ from relaykit.agents._tool_calls import (
     tool_message,
     with_unique_call_ids,
 )
+from relaykit.agents.agent_tool import AgentTool
 from relaykit.context import RunContext
 from relaykit.errors import (
     ConfigurationError,
     MaxIterationsError,
     RelayKitError,
+    StreamCancelledError,
     ToolError,
 )
 from relaykit.events import (
@@ -282,8 +285,13 @@ class ChatModelAgent:
         paused: ChatModelAgentState | None,
     ) -> AsyncIterator[AgentEvent]:
         prepared = self._prepare(ctx)
+        cancel = ctx.options.cancel
+        late: list[Message] = []
         if paused is not None:
             messages = paused.messages
+            if not paused.calls:  # a cancel paused the agent before a model call (D26)
+                paused = None
+                late, ctx.options.resume_messages = ctx.options.resume_messages, []
         else:
             system = self._system_message(ctx, prepared)
             assert input is not None  # run() passes the input; resume() the paused state
@@ -298,6 +306,8 @@ class ChatModelAgent:
             if mine.history_modifier is not None:
                 modify_history(self.name, mine.history_modifier, messages, paused)
             model_options = mine.model_options or None
+        # Session mode: the user's texts sent with a resume come before the next model call.
+        messages.extend(late)
         retry = self.retry
         model: ChatModel = (
             self.model if retry is None else RetryingModel(self.model, retry, self.name)
@@ -307,6 +317,9 @@ class ChatModelAgent:
         resumed = False
         while True:
             if paused is None:
+                if cancel is not None and cancel.stops_before_model():
+                    yield self._paused_before_model(ctx, messages, remaining, cancel)
+                    return
                 if remaining <= 0:
                     raise MaxIterationsError(
                         f"agent {self.name!r} exceeded max_iterations={self.max_iterations} "
@@ -320,32 +333,49 @@ class ChatModelAgent:
                     else ModelRequest(messages, prepared.specs, dict(model_options))
                 )
                 reply: Message | None = None
-                if hooks is not None:
-                    reply = await model_reply(hooks, self.name, model, request)
-                # D24: the reply recorded (history, next model call) and executed has unique
-                # tool-call ids; a streamed reply's chunks stay the provider's.
-                if reply is not None:  # settled by the model hooks (not streamed)
-                    yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
-                elif streaming and retry is not None:
-                    accepted: list[Message] = []
-                    attempts = stream_with_retry(self.model, request, retry, self.name, accepted)
-                    async with closing(attempts) as streamed:
-                        async for ev in streamed:
-                            yield ev
-                    reply = accepted[0]
-                elif streaming:
-                    stream = ReplyStream(model.stream(request))
-                    try:
-                        yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
-                        reply = await stream.collect()
-                    finally:
-                        if not stream.done:  # the caller stopped early: close the model call
-                            await stream.aclose()
-                else:
-                    reply = await model.generate(request)
-                    if reply.tool_calls:
-                        reply = with_unique_call_ids(reply)
-                    yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
+                try:
+                    if hooks is not None:
+                        reply = await (
+                            model_reply(hooks, self.name, model, request)
+                            if cancel is None
+                            else cancel.guard(model_reply, hooks, self.name, model, request)
+                        )
+                    # D24: the reply recorded (history, next model call) and executed has unique
+                    # tool-call ids; a streamed reply's chunks stay the provider's.
+                    if reply is not None:  # settled by the model hooks (not streamed)
+                        yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
+                    elif streaming and retry is not None:
+                        accepted: list[Message] = []
+                        attempts = stream_with_retry(
+                            self.model, request, retry, self.name, accepted, cancel
+                        )
+                        async with closing(attempts) as streamed:
+                            async for ev in streamed:
+                                yield ev
+                        reply = accepted[0]
+                    elif streaming:
+                        stream = ReplyStream(model.stream(request), cancel)
+                        try:
+                            yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
+                            reply = await stream.collect()
+                        finally:
+                            if not stream.done:  # the caller stopped early: close the model call
+                                await stream.aclose()
+                    else:
+                        reply = await (
+                            model.generate(request)
+                            if cancel is None
+                            else cancel.guard(model.generate, request)
+                        )
+                        if reply.tool_calls:
+                            reply = with_unique_call_ids(reply)
+                        yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
+                except (CallCut, StreamCancelledError):
+                    if cancel is None or not cancel.immediate:
+                        raise
+                    # D26: the call was cut; the resume makes it again (not counted twice).
+                    yield self._paused_before_model(ctx, messages, remaining + 1, cancel)
+                    return
                 messages.append(reply)
                 if not reply.tool_calls:
                     self._save_output(ctx, reply.content)
@@ -359,10 +389,19 @@ class ChatModelAgent:
                         break
                 todo: list[tuple[ToolCall, ResumeInfo | None]] = [(c, None) for c in state.calls]
                 self._refuse_partial_transfers(prepared, state, todo)
+                if todo and cancel is not None and cancel.stops_after_model():
+                    # D26: the reply is kept; its calls wait, not started, for the resume.
+                    for call, _ in todo:
+                        state.pending[call.id] = self._cut_call(ctx, call, cancel)
+                    yield self._interrupt_event(ctx, state)
+                    return
+                answering: dict[str, PendingToolCall] = {}
             else:
                 state, paused = paused, None
                 resumed = True
                 todo = []
+                # The interrupted calls being answered: one a cancel cuts waits again as it was.
+                answering = {}
                 for call in state.calls:
                     pending = state.pending.get(call.id)
                     if pending is None:
@@ -371,13 +410,22 @@ class ChatModelAgent:
                     rs = ctx.resume_state
                     claimed = rs.claim(address, ResumeInfo()) if rs is not None else ResumeInfo()
                     if claimed.is_resume_target:
-                        todo.append((call, claimed))
+                        # A call a cancel stopped runs again from the start (D26).
+                        todo.append((call, None if pending.cut else claimed))
                         del state.pending[call.id]
+                        if not pending.cut:
+                            answering[call.id] = pending
                     else:  # D8: not targeted: stays pending with the same id
                         pending.point = self._reinterrupt(ctx, call, pending)
             async with closing(self._batch(ctx, prepared, state, todo)) as results:
                 async for ev in results:
                     yield ev
+            for call in state.calls:
+                cut = state.pending.get(call.id)
+                if cut is not None and cut.cut and call.id in answering:
+                    pending = answering[call.id]
+                    pending.point = self._reinterrupt(ctx, call, pending)
+                    state.pending[call.id] = pending
             if state.pending:
                 yield self._interrupt_event(ctx, state)
                 return
@@ -516,6 +564,7 @@ class ChatModelAgent:
         events: ToolEvents | None = None,
     ) -> ToolCallResult | PendingToolCall:
         tool = prepared.tools.get(call.name)
+        cancel = ctx.options.cancel
         if tool is None:
             available = ", ".join(sorted(prepared.tools)) or "none"
             return error_result(call, f"unknown tool '{call.name}'; available tools: {available}")
@@ -536,7 +585,16 @@ class ChatModelAgent:
         if inv is not None and (not inv.plugins or isinstance(tool, TransferTool)):
             inv = None  # no tool hooks (none for the synthetic transfer_to_agent)
         try:
-            result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
+            if cancel is None or isinstance(tool, AgentTool):
+                # An agent tool's inner agents stop at their own safe points (D26).
+                result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
+            else:
+                result = await cancel.guard(
+                    call_tool, tool, tctx, call, arguments, resume, inv, self.name
+                )
+        except CallCut:
+            assert cancel is not None
+            return self._cut_call(ctx, call, cancel)  # D26: cut; the resume runs it again
         except ToolError as exc:
             return ToolCallResult(tool_message(call, f"error: {exc}"), tctx.action, True)
         except ToolInterrupt as ti:
@@ -563,6 +621,20 @@ class ChatModelAgent:
     ) -> InterruptContext:
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
         return _point_of(stateful_interrupt(run_ctx, pending.info, pending.state))
+
+    def _cut_call(self, ctx: RunContext, call: ToolCall, cancel: CancelSignal) -> PendingToolCall:
+        """A call a cancel stopped before it finished (or started): it waits for the resume."""
+        info = cancel.info()
+        run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
+        return PendingToolCall(info, None, _point_of(stateful_interrupt(run_ctx, info, None)), True)
+
+    def _paused_before_model(
+        self, ctx: RunContext, messages: list[Message], remaining: int, cancel: CancelSignal
+    ) -> AgentEvent:
+        """D26: the agent's interrupt when a cancel stops it before a model call; the resume
+        makes that call (``ChatModelAgentState`` without calls)."""
+        state = ChatModelAgentState(messages, [], remaining_iterations=remaining)
+        return stateful_interrupt(ctx, cancel.info(), state)
 
     def _interrupt_event(self, ctx: RunContext, state: ChatModelAgentState) -> AgentEvent:
         # In call order, not completion order: the interrupt does not depend on timing.

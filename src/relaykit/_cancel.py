@@ -1,0 +1,221 @@
+"""The cancel signal the agents of one run share (``RunOptions.cancel``, D26).
+
+``RunHandle.cancel`` requests a cancel on it; agents read it at their safe points and stop there
+with an interrupt, so that a cancelled run is paused, not failed:
+
+* a flow agent about to start its agent (any mode): the agent does not start
+  (``NotStarted``), the resume starts it;
+* a ``ChatModelAgent`` after a model reply with tool calls (``AFTER_MODEL``), before a model call
+  (``AFTER_TOOLS``, after its tool batch), and at once (``IMMEDIATE``);
+* an immediate cancel (or a timeout escalating to one) also cuts what is being awaited: a model
+  call, a plain tool call, a stream's next chunk. Those awaits go through ``guard``, which cancels
+  the awaiting task the way ``asyncio.timeout`` does (a targeted ``cancel``, then ``uncancel``),
+  so a cancellation from outside still propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from relaykit.codec import register_type
+from relaykit.errors import StreamCancelledError
+from relaykit.events import AgentEvent
+
+if TYPE_CHECKING:
+    from relaykit.resume import InterruptInfo
+
+__all__ = ["CallCut", "CancelMode", "CancelSignal", "Cancelled", "NotStarted", "cancelled_event"]
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+@register_type("relaykit.CancelMode")
+class CancelMode(enum.Enum):
+    """Where a cancelled run stops (``RunHandle.cancel(mode=...)``).
+
+    >>> CancelMode.AFTER_TOOLS.value
+    'after_tools'
+    """
+
+    #: Now: model calls, plain tool calls and streams in progress are cut (a cut stream ends
+    #: with ``StreamCancelledError``); the resume makes them again.
+    IMMEDIATE = "immediate"
+    #: When the model call in progress (or the next one) has completed: its reply is kept, the
+    #: tools it asked for have not run; the resume runs them.
+    AFTER_MODEL = "after_model"
+    #: When the tool batch in progress (or the next one) has finished: its results are kept,
+    #: the next model call is the resume's.
+    AFTER_TOOLS = "after_tools"
+
+
+@register_type("relaykit.Cancelled")
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """The data of a cancelled run's interrupt (``InterruptInfo.data``), and the ``info`` of
+    each point the cancel stopped.
+
+    >>> Cancelled(CancelMode.AFTER_TOOLS)
+    Cancelled(mode=<CancelMode.AFTER_TOOLS: 'after_tools'>, escalated=False)
+    """
+
+    #: The mode the cancel asked for.
+    mode: CancelMode
+    #: True when the safe point was not reached within the cancel's ``timeout`` and the cancel
+    #: became immediate.
+    escalated: bool = False
+
+
+@register_type("relaykit.NotStarted")
+@dataclass(slots=True)
+class NotStarted:
+    """The interrupt state of an agent a cancel stopped before it started: the resume starts it.
+
+    >>> NotStarted()
+    NotStarted()
+    """
+
+
+class CallCut(Exception):
+    """An awaited call was cut by an immediate cancel (raised by ``CancelSignal.guard``, caught
+    by its caller, never delivered)."""
+
+
+class _Scope:
+    """One await in progress under ``guard``: its task, and whether the cancel was sent to it."""
+
+    __slots__ = ("level", "sent", "task")
+
+    def __init__(self, task: asyncio.Task[object] | None) -> None:
+        self.task = task
+        self.level = task.cancelling() if task is not None else 0
+        self.sent = False
+
+    def cut(self) -> None:
+        task = self.task
+        # A call that cancels its own run (a tool calling ``cancel``) is not cut: it finishes.
+        if task is not None and not self.sent and task is not asyncio.current_task():
+            self.sent = True
+            task.cancel()
+
+
+class CancelSignal:
+    """One run's cancel state, shared by its agents through ``RunOptions.cancel``.
+
+    >>> signal = CancelSignal()
+    >>> signal.request(CancelMode.AFTER_TOOLS)
+    >>> signal.stops_before_model(), signal.stops_after_model(), signal.info()
+    (True, False, Cancelled(mode=<CancelMode.AFTER_TOOLS: 'after_tools'>, escalated=False))
+    """
+
+    __slots__ = ("_scopes", "cancelled", "escalated", "final", "immediate", "mode")
+
+    def __init__(self) -> None:
+        #: The mode asked for; None while nobody asked to cancel.
+        self.mode: CancelMode | None = None
+        #: Cut everything now (``IMMEDIATE``, or a timeout escalated).
+        self.immediate = False
+        #: The cancel's timeout passed before a safe point: it became immediate.
+        self.escalated = False
+        #: The interrupt the run ended with (set by the Runner when it saves one), else None.
+        self.final: InterruptInfo | None = None
+        #: ``final`` when a cancel caused it (its data is ``Cancelled``), else None.
+        self.cancelled: InterruptInfo | None = None
+        self._scopes: list[_Scope] = []
+
+    def request(self, mode: CancelMode) -> None:
+        """Ask the run to stop at ``mode``'s safe point (an immediate request wins over a
+        pending one; two safe-point modes: the first one asked for stays)."""
+        if self.mode is None or mode is CancelMode.IMMEDIATE:
+            self.mode = mode
+        if mode is CancelMode.IMMEDIATE:
+            self._cut()
+
+    def escalate(self) -> None:
+        """The cancel's timeout passed: stop now."""
+        if not self.immediate:
+            self.escalated = True
+            self._cut()
+
+    def _cut(self) -> None:
+        self.immediate = True
+        for scope in list(self._scopes):
+            scope.cut()
+
+    def info(self) -> Cancelled:
+        """What the points the cancel stops say (and the interrupt's data)."""
+        assert self.mode is not None
+        return Cancelled(self.mode, self.escalated)
+
+    def stops_before_model(self) -> bool:
+        """True when an agent must not make its next model call."""
+        return self.immediate or self.mode is CancelMode.AFTER_TOOLS
+
+    def stops_after_model(self) -> bool:
+        """True when an agent must not run the tools its model just asked for."""
+        return self.immediate or self.mode is CancelMode.AFTER_MODEL
+
+    def ended_with(self, info: InterruptInfo) -> None:
+        """The Runner saved ``info``, the run's last interrupt."""
+        self.final = info
+        if self.mode is not None:
+            self.cancelled = info
+
+    async def guard(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``await call(*args)``, cut by an immediate cancel (``CallCut``); a cancellation of
+        the task from outside propagates as it is."""
+        if self.immediate:
+            raise CallCut
+        task = asyncio.current_task()
+        scope = _Scope(task)
+        self._scopes.append(scope)
+        try:
+            return await call(*args, **kwargs)
+        except asyncio.CancelledError:
+            if scope.sent and task is not None:
+                scope.sent = False
+                if task.uncancel() <= scope.level:
+                    raise CallCut from None
+            raise
+        finally:
+            self._scopes.remove(scope)
+            if scope.sent and task is not None:
+                task.uncancel()  # the call swallowed the cancellation and finished: keep it
+
+    async def next_chunk(self, chunks: AsyncIterator[T]) -> T:
+        """The next chunk of a model stream; ``StreamCancelledError`` when an immediate
+        cancel cut it (the model's stream is closed)."""
+        try:
+            return await self.guard(anext, chunks)
+        except CallCut:
+            aclose = getattr(chunks, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
+            raise StreamCancelledError(
+                "the streamed reply was cut by an immediate cancel of the run; the partial "
+                "reply is not kept and the resumed run calls the model again"
+            ) from None
+
+
+def cancelled_event(ev: AgentEvent, cancel: CancelSignal) -> AgentEvent:
+    """The interrupt event ``ev`` reaching the Runner while a cancel is pending, as the run's
+    last event: its data is ``Cancelled(mode, escalated)`` (D26; the points stay as they are,
+    an interrupt of the run's own among them)."""
+    action = ev.action
+    assert action is not None and action.interrupted is not None
+    info = dataclasses.replace(action.interrupted, data=cancel.info())
+    return AgentEvent(
+        ev.agent_name,
+        ev.run_path,
+        ev.output,
+        dataclasses.replace(action, interrupted=info),
+        ev.error,
+        ev.state_delta,
+    )
