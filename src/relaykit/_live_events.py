@@ -1,36 +1,51 @@
-"""Live sessions: live responses as events, which events are stored or held, and the buffer
-``LiveSession.events()`` reads from (D27).
+"""Live sessions: live responses as events, which events are stored or held, the buffer
+``LiveSession.events()`` reads from, and small pieces of the live invocation (D27).
 
-Pure pieces, no storage and no connection: ``relaykit._live_run`` drives them.
+``relaykit._live_run`` drives them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from relaykit._session_history import STOPPED_TEXT, pending_tool_calls
+from relaykit.agents.chat import ChatModelAgent
+from relaykit.errors import ConfigurationError, ModelError
 from relaykit.events import AgentEvent, AgentOutput, RunPath
 from relaykit.messages import Blob, Message, MessageStream
 from relaykit.models.live import LiveConnection, LiveResponse
+from relaykit.sessions.base import SessionEvent
 
 if TYPE_CHECKING:
+    from relaykit._session_state import SessionPause
     from relaykit.agents._tool_calls import PendingToolCall, Prepared
-    from relaykit.agents.chat import ChatModelAgent
     from relaykit.context import RunContext
     from relaykit.flow import FlowAgent
     from relaykit.messages import ToolCall
 
+logger = logging.getLogger("relaykit")
+
 __all__ = [
     "LIVE_ENDED_TEXT",
+    "AgentFailed",
     "AgentStream",
+    "ConnectionFailed",
     "EventBuffer",
     "audio_blob",
+    "close_quietly",
+    "connection_error",
     "describe",
     "is_held",
     "is_stored",
+    "live_agent",
     "live_event",
+    "open_calls",
+    "send_to",
 ]
 
 #: The tool result stored for a call still pending when the live agent's stream ends (D27).
@@ -197,3 +212,58 @@ def describe(exc: BaseException) -> str:
     """``Type: text`` of an exception (its type alone when it has no text)."""
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class AgentFailed(Exception):
+    """A tool of the live agent raised: the agent ends with this error event (D27)."""
+
+
+class ConnectionFailed(Exception):
+    """Sending over the live connection failed."""
+
+
+def live_agent(flow: FlowAgent) -> ChatModelAgent:
+    """The chat agent of ``flow`` when it can run live (``ConfigurationError`` otherwise)."""
+    agent = flow.agent
+    if isinstance(agent, ChatModelAgent) and agent.live_model is not None:
+        return agent
+    raise ConfigurationError(
+        f"agent {flow.name!r} cannot run live: a live session needs a ChatModelAgent with a "
+        "live_model (ChatModelAgent(..., live_model=...))"
+    )
+
+
+def open_calls(events: Sequence[SessionEvent], pause: SessionPause | None) -> list[SessionEvent]:
+    """The answers to the calls earlier invocations left pending (not stored yet): a paused
+    invocation's (abandoned, D12), or those of the latest invocation when it stopped early."""
+    if pause is not None:
+        return pending_tool_calls(events, pause.invocation_id)
+    if not events:
+        return []
+    latest = events[-1].invocation_id
+    start = len(events)
+    while start > 0 and events[start - 1].invocation_id == latest:
+        start -= 1
+    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
+
+
+def connection_error(stream: AgentStream, exc: BaseException) -> ModelError:
+    err = ModelError(
+        f"the live connection of agent {stream.name!r} failed: {describe(exc)}", provider="live"
+    )
+    err.__cause__ = exc
+    return err
+
+
+async def send_to(stream: AgentStream, message: Message) -> None:
+    try:
+        await stream.connection.send(message)
+    except Exception as exc:
+        raise ConnectionFailed(exc) from exc
+
+
+async def close_quietly(stream: AgentStream) -> None:
+    try:
+        await stream.connection.close()
+    except Exception as exc:
+        logger.debug("closing the live connection of agent %r failed: %s", stream.name, exc)

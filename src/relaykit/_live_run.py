@@ -2,15 +2,12 @@
 
 What a live session does (docs/live.md has the rules for users):
 
-1. opening: takes the session's turn lock (held until the live session ends); reads the
-   session (created when missing); picks the agent by next-turn routing and checks that it can
-   run live; runs ``before_run``; connects the agent's ``live_model`` with the agent's system
-   message and the session history as context; answers what a paused run-mode invocation (or a
-   stopped turn) left pending, now that the connection is open. A failure raises from the
-   opening call.
+1. opening: the session's turn lock (held until the end); the session (created when missing);
+   the agent by next-turn routing, checked to run live; ``before_run``; the connection, with
+   the agent's system message and the session history; then the answers to what an earlier
+   invocation left pending are stored. A failure raises from the opening call.
 2. a background task reads the connection: each response becomes an event that goes through
-   ``on_event``, the ordering buffer (tool events wait while a transcription is partial),
-   storage (complete events only), then the buffer ``LiveSession.events()`` reads;
+   ``on_event``, the ordering buffer, storage (complete events only), then ``events()``;
 3. tools run when the model calls them, their results go back over the connection; a
    transfer closes the connection and connects the target with the session as stored;
 4. ``send`` forwards the user's input and then stores it, under the same storage order;
@@ -26,27 +23,28 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from relaykit._aio import closing
 from relaykit._invocation import Invocation
 from relaykit._live_events import (
     LIVE_ENDED_TEXT,
+    AgentFailed,
     AgentStream,
+    ConnectionFailed,
     EventBuffer,
     audio_blob,
+    close_quietly,
+    connection_error,
     describe,
     is_held,
     is_stored,
+    live_agent,
     live_event,
+    open_calls,
+    send_to,
 )
-from relaykit._session_history import (
-    STOPPED_TEXT,
-    last_speaker,
-    pending_tool_calls,
-    records_of,
-)
+from relaykit._session_history import last_speaker, pending_tool_calls, records_of
 from relaykit._session_invocation import Run
 from relaykit._session_state import _decode_pause, _StoreFailed, _Turn
 from relaykit.agents._tool_calls import PendingToolCall, ToolCallResult, with_unique_call_ids
@@ -73,28 +71,9 @@ if TYPE_CHECKING:
     from relaykit._session_state import SessionPause
     from relaykit.sessions._records import SessionRef
 
-__all__ = ["LiveRun", "live_agent"]
+__all__ = ["LiveRun"]
 
 logger = logging.getLogger("relaykit")
-
-
-class _AgentFailed(Exception):
-    """A tool of the live agent raised: the agent ends with this error event (D27)."""
-
-
-class _ConnectionFailed(Exception):
-    """Sending over the live connection failed."""
-
-
-def live_agent(flow: FlowAgent) -> ChatModelAgent:
-    """The chat agent of ``flow`` when it can run live (``ConfigurationError`` otherwise)."""
-    agent = flow.agent
-    if isinstance(agent, ChatModelAgent) and agent.live_model is not None:
-        return agent
-    raise ConfigurationError(
-        f"agent {flow.name!r} cannot run live: a live session needs a ChatModelAgent with a "
-        "live_model (ChatModelAgent(..., live_model=...))"
-    )
 
 
 class LiveRun:
@@ -119,6 +98,7 @@ class LiveRun:
         self._before_run_ran = False
         self._audio_turns = 0
         self._on_event_hooks = owner.plugins.has("on_event")
+        self._audio_kept = config.save_live_audio and owner.artifact_service is not None
 
     # -- opening ----------------------------------------------------------------------------
     async def open(self) -> None:
@@ -139,7 +119,7 @@ class LiveRun:
             flow = chain[-1]
             agent = live_agent(flow)
             pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
-            answers = _open_calls(cached.events, pause)
+            answers = open_calls(cached.events, pause)
             invocation_id = uuid.uuid4().hex
             context = InvocationContext(
                 ref.app_name, ref.user_id, ref.session_id, invocation_id, view.session
@@ -196,7 +176,7 @@ class LiveRun:
         except BaseException:
             self.ended = True
             if connected is not None:
-                await _close_quietly(connected)
+                await close_quietly(connected)
             await self._release()
             raise
         self.pump_task = asyncio.ensure_future(self._pump())
@@ -295,7 +275,7 @@ class LiveRun:
                 error = None
                 if failure is not None:
                     error = AgentEvent(
-                        stream.name, stream.run_path, error=_connection_error(stream, failure)
+                        stream.name, stream.run_path, error=connection_error(stream, failure)
                     )
                 await self._finish(stream, error)
             return
@@ -305,10 +285,10 @@ class LiveRun:
         if isinstance(exc, _StoreFailed):
             self._end_without_storing(exc)
             return
-        if isinstance(exc, _AgentFailed):
+        if isinstance(exc, AgentFailed):
             error: BaseException = exc.args[0]
-        elif isinstance(exc, _ConnectionFailed):
-            error = _connection_error(stream, exc.args[0])
+        elif isinstance(exc, ConnectionFailed):
+            error = connection_error(stream, exc.args[0])
         else:  # D9: nothing crashes the caller
             error = exc
         await self._finish(self.stream, AgentEvent(stream.name, stream.run_path, error=error))
@@ -331,7 +311,7 @@ class LiveRun:
             ev.output.message = message
         if response.transcription is not None and response.partial:
             stream.transcribing = True
-        if response.audio is not None and self._saves_audio():
+        if response.audio is not None and self._audio_kept:
             stream.audio.append(response.audio)
         if response.turn_complete or response.interrupted:
             await self._save_audio(stream)
@@ -405,7 +385,7 @@ class LiveRun:
                 stream.ctx, stream.prepared, call, resume, list(stream.context)
             )
         except Exception as exc:  # the tool failed: the agent ends (D27, D15)
-            raise _AgentFailed(exc) from exc
+            raise AgentFailed(exc) from exc
 
     async def _settle(
         self,
@@ -430,7 +410,7 @@ class LiveRun:
         if action is not None and action.transfer_to_agent is not None and not outcome.is_error:
             dest = action.transfer_to_agent.dest_agent_name
         if dest is None and send:
-            await _send(stream, result)
+            await send_to(stream, result)
         out = AgentOutput(result, None, "tool", result.tool_name)
         await self._emit(stream, AgentEvent(stream.name, stream.run_path, out, action))
         return dest
@@ -477,7 +457,7 @@ class LiveRun:
     async def _transfer(self, stream: AgentStream, dest: str) -> None:
         """End ``stream``'s agent and connect ``dest`` with the session as stored (D27)."""
         await self._end_stream(stream)
-        await _close_quietly(stream)
+        await close_quietly(stream)
         target = stream.flow.find_target(dest)
         error: Exception | None = None
         if target is None:
@@ -562,7 +542,7 @@ class LiveRun:
         """Close the connection, run ``after_run`` (once), release the lock, end the events."""
         try:
             if self.stream is not None:
-                await _close_quietly(self.stream)
+                await close_quietly(self.stream)
             run = self.run
             if run is not None and self._before_run_ran:
                 await run.after_run()
@@ -593,9 +573,6 @@ class LiveRun:
             await asyncio.wait({task})
 
     # -- audio ------------------------------------------------------------------------------
-    def _saves_audio(self) -> bool:
-        return self.config.save_live_audio and self.owner.artifact_service is not None
-
     async def _save_audio(self, stream: AgentStream) -> None:
         """Save the model's audio of the turn that ended as one artifact."""
         chunks: list[Blob] = stream.audio
@@ -620,39 +597,3 @@ class LiveRun:
             )
             await run.store(err, None)
             self.buffer.put(err)
-
-
-def _open_calls(events: Sequence[SessionEvent], pause: SessionPause | None) -> list[SessionEvent]:
-    """The answers to the calls earlier invocations left pending (not stored yet): a paused
-    invocation's (abandoned, D12), or those of the latest invocation when it stopped early."""
-    if pause is not None:
-        return pending_tool_calls(events, pause.invocation_id)
-    if not events:
-        return []
-    latest = events[-1].invocation_id
-    start = len(events)
-    while start > 0 and events[start - 1].invocation_id == latest:
-        start -= 1
-    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
-
-
-def _connection_error(stream: AgentStream, exc: BaseException) -> ModelError:
-    err = ModelError(
-        f"the live connection of agent {stream.name!r} failed: {describe(exc)}", provider="live"
-    )
-    err.__cause__ = exc
-    return err
-
-
-async def _send(stream: AgentStream, message: Message) -> None:
-    try:
-        await stream.connection.send(message)
-    except Exception as exc:
-        raise _ConnectionFailed(exc) from exc
-
-
-async def _close_quietly(stream: AgentStream) -> None:
-    try:
-        await stream.connection.close()
-    except Exception as exc:
-        logger.debug("closing the live connection of agent %r failed: %s", stream.name, exc)
