@@ -268,3 +268,23 @@ def test_live_desk_example_streams_chunks_runs_the_tool_and_stores_the_transcrip
         "  user  user      Great, thank you!",
         "  desk  assistant You're welcome, have a nice day!",
     ]
+
+
+def test_cancel_example_pauses_three_runs_and_resumes_each_without_repeating_work() -> None:
+    assert _run_module("examples.cancel") == [
+        "1. cancel(AFTER_TOOLS) when the model asks for two searches",
+        "   model asks for 2 searches: stop requested",
+        "   paused as 'research-1': AFTER_TOOLS; waiting: ['agent:researcher']",
+        "   tool: results for 'Eiffel Tower height'",
+        "   tool: results for 'Eiffel Tower antenna'",
+        "   resumed: The Eiffel Tower is 330 m tall, antennas included.",
+        "   searches run: 2 (none twice)",
+        "2. cancel(IMMEDIATE) while the answer streams",
+        "   paused as 'research-2': IMMEDIATE; waiting: ['agent:researcher']",
+        "   stream cut after 'Paris has about ' (the partial answer is not kept)",
+        "   resumed: Paris has about 2.1 million inhabitants.",
+        "3. cancel(AFTER_TOOLS, timeout=0.1) while a tool hangs",
+        "   paused as 'research-3': AFTER_TOOLS (timed out, escalated); waiting: "
+        "['tool:fetch_report:c3']",
+        "   resumed: The report says the tower was repainted in 2024.",
+    ]
