@@ -100,6 +100,24 @@ def _load(providers: dict[str, _Provider], provider: str, kind: str) -> object:
     return getattr(module, entry.cls)
 
 
+def _split(spec: str, providers: dict[str, _Provider], kind: str, example: str) -> tuple[str, str]:
+    """``(provider, rest)`` of a ``"provider:rest"`` spec naming one of ``providers``."""
+    provider, sep, rest = spec.partition(":")
+    provider = provider.strip().lower()
+    rest = rest.strip()
+    if not sep or not provider or not rest:
+        raise ConfigurationError(
+            f"{kind} spec {spec!r} should look like '<provider>:<model>', e.g. "
+            f"{example!r} (known providers: {_known(providers)})"
+        )
+    if provider not in providers:
+        raise ConfigurationError(
+            f"unknown {kind} provider {provider!r} in {spec!r}; known providers: "
+            f"{_known(providers)}"
+        )
+    return provider, rest
+
+
 def from_string(spec: str, **kwargs: Any) -> ChatModel:
     """A chat model from a spec string; ``kwargs`` (provider-specific, hence ``Any``) go to the
     model class.
@@ -117,18 +135,7 @@ def from_string(spec: str, **kwargs: Any) -> ChatModel:
     relaykit.errors.ConfigurationError: unknown model provider 'mistral' in 'mistral:large'; \
 known providers: anthropic, gemini, openai, openai-compatible
     """
-    provider, sep, rest = spec.partition(":")
-    provider = provider.strip().lower()
-    rest = rest.strip()
-    if not sep or not provider or not rest:
-        raise ConfigurationError(
-            f"model spec {spec!r} should look like '<provider>:<model>', e.g. "
-            f"'openai:gpt-4o-mini' (known providers: {_known()})"
-        )
-    if provider not in PROVIDERS:
-        raise ConfigurationError(
-            f"unknown model provider {provider!r} in {spec!r}; known providers: {_known()}"
-        )
+    provider, rest = _split(spec, PROVIDERS, "model", "openai:gpt-4o-mini")
     if provider == "openai-compatible":
         match = _COMPATIBLE.fullmatch(rest)
         if match is None:
@@ -161,18 +168,6 @@ def live_from_string(spec: str, **kwargs: Any) -> LiveModel:
     relaykit.errors.ConfigurationError: unknown live model provider 'anthropic' in \
 'anthropic:claude'; known providers: gemini, openai
     """
-    provider, sep, rest = spec.partition(":")
-    provider = provider.strip().lower()
-    rest = rest.strip()
-    if not sep or not provider or not rest:
-        raise ConfigurationError(
-            f"live model spec {spec!r} should look like '<provider>:<model>', e.g. "
-            f"'openai:gpt-realtime' (known providers: {_known(LIVE_PROVIDERS)})"
-        )
-    if provider not in LIVE_PROVIDERS:
-        raise ConfigurationError(
-            f"unknown live model provider {provider!r} in {spec!r}; known providers: "
-            f"{_known(LIVE_PROVIDERS)}"
-        )
+    provider, rest = _split(spec, LIVE_PROVIDERS, "live model", "openai:gpt-realtime")
     model_class: Callable[..., LiveModel] = load_live_model_class(provider)
     return model_class(rest, **kwargs)
