@@ -38,7 +38,7 @@ _OUTPUT_MARK = re.compile(r"\A\s*<!--\s*output\s*-->\s*\n```text\n(.*?)^```", re
 
 #: Decisions with a section of their own (the others concern features not built yet, or are
 #: covered inside another section: D20 and D28 in errors-and-limits.md).
-EXPLAINED = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 27, 28]
+EXPLAINED = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 20, 21, 22, 23, 24, 26, 27, 28]
 
 
 def _blocks() -> list[tuple[str, str, str, str | None]]:
