@@ -36,7 +36,7 @@ from relaykit.server._models import (
     TurnResultOut,
     agent_tree,
 )
-from relaykit.server._turns import KEEPALIVE_SECONDS, Turn
+from relaykit.server._turns import KEEPALIVE_SECONDS, Head, Heads, Turn
 from relaykit.sessions.base import (
     APP_PREFIX,
     Session,
@@ -212,8 +212,14 @@ def create_app(
 
         add_ui(app)
 
+    heads = Heads(service, app_name)
+
+    def not_found(session_id: str) -> ApiError:
+        return ApiError(404, "SessionNotFoundError", f"no session {session_id!r}")
+
     async def owned(user: str, session_id: str) -> Session:
-        """The caller's session, else 404 (another user's is not found either)."""
+        """The caller's session with its events, else 404 (another user's is not found
+        either)."""
         try:
             validate_session_name(session_id, "session_id")
         except SessionStoreError:
@@ -221,8 +227,16 @@ def create_app(
         else:
             session = await service.get_session(app_name, user, session_id)
         if session is None:
-            raise ApiError(404, "SessionNotFoundError", f"no session {session_id!r}")
+            raise not_found(session_id)
         return session
+
+    async def head(user: str, session_id: str) -> Head:
+        """Where the caller's session ends (a read of what was stored since the last look),
+        else 404."""
+        found = await heads.read(user, session_id)
+        if found is None:
+            raise not_found(session_id)
+        return found
 
     install_handlers(app)
 
@@ -280,7 +294,7 @@ def create_app(
     )
     async def delete_session(session_id: str, user: User) -> Response:
         """Delete the session, its events and its pause; 409 while a turn of it runs."""
-        await owned(user, session_id)
+        await head(user, session_id)
         # The turn lock: a running turn (in any process) keeps its session, and SessionBusyError
         # (409) says so once ``delete_timeout`` has passed.
         async with service.lock(app_name, user, session_id, timeout=delete_timeout):
@@ -310,7 +324,7 @@ def create_app(
     async def respond(
         session_id: str, user: User, start: Callable[[], Any], stream: bool
     ) -> Response:
-        session = await owned(user, session_id)
+        before = await head(user, session_id)
         try:
             events = start()  # a bad call raises here, before anything is stored
         except (ConfigurationError, SessionStoreError, SerializationError, TypeError) as exc:
@@ -321,7 +335,8 @@ def create_app(
             app_name=app_name,
             user_id=user,
             session_id=session_id,
-            seen=len(session.events),
+            head=before,
+            heads=heads,
             root_name=runner.agent.name,
             tasks=tasks,
         )

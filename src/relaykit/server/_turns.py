@@ -18,19 +18,26 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from relaykit._aio import closing
-from relaykit.errors import WillRetryError
+from relaykit.errors import SessionStoreError, WillRetryError
 from relaykit.events import AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
 from relaykit.server._models import ChunkOut, DiscardOut, EventOut, InterruptOut, RunResultOut
-from relaykit.sessions.base import HistoryMark, SessionEvent, SessionService
+from relaykit.sessions.base import (
+    HistoryMark,
+    SessionEvent,
+    SessionService,
+    TurnView,
+    validate_session_name,
+)
 
-__all__ = ["Item", "Turn"]
+__all__ = ["Head", "Heads", "Item", "Turn"]
 
 #: How often an idle event stream sends an SSE comment, so proxies keep the connection.
 KEEPALIVE_SECONDS = 15.0
@@ -55,6 +62,68 @@ class Item:
         return f"event: {self.kind}\ndata: {body.model_dump_json()}\n\n"
 
 
+@dataclass(frozen=True, slots=True)
+class Head:
+    """Where a session's stored events ended when it was last read."""
+
+    #: The mark of that read, for a service that can read on from it (``read_turn``).
+    mark: HistoryMark | None
+    #: The id of the session's last event then (None: it had none).
+    last_id: str | None
+
+
+class Heads:
+    """The heads of the sessions this server ran turns of, the most recent ``size`` of them.
+
+    Checking that a session exists before a turn, and reading what the turn stored, then cost
+    the events stored since (``read_turn`` from the remembered mark), not the whole session:
+    a turn of a long session costs what a turn of a short one does.
+
+    Args:
+        service: the Runner's session service.
+        app_name: the Runner's app.
+        size: how many sessions are remembered.
+    """
+
+    def __init__(self, service: SessionService, app_name: str, size: int = 4096) -> None:
+        self._service = service
+        self._app = app_name
+        self._size = size
+        self._marks: OrderedDict[tuple[str, str], HistoryMark] = OrderedDict()
+
+    async def read(self, user_id: str, session_id: str) -> Head | None:
+        """The session's head now, or None when it does not exist (or the id is invalid)."""
+        try:
+            validate_session_name(session_id, "session_id")
+        except SessionStoreError:
+            return None
+        read_turn = getattr(self._service, "read_turn", None)
+        if read_turn is None:  # a service without it: read the whole session
+            session = await self._service.get_session(self._app, user_id, session_id)
+            if session is None:
+                return None
+            return Head(None, session.events[-1].id if session.events else None)
+        key = (user_id, session_id)
+        view: TurnView | None = await read_turn(
+            self._app, user_id, session_id, after=self._marks.get(key)
+        )
+        if view is None:
+            self._marks.pop(key, None)
+            return None
+        self.remember(user_id, session_id, view.mark)
+        return Head(view.mark, view.mark.last_id)
+
+    def remember(self, user_id: str, session_id: str, mark: HistoryMark | None) -> None:
+        """Keep ``mark`` as where the session's stored events end."""
+        if mark is None:
+            return
+        key = (user_id, session_id)
+        self._marks[key] = mark
+        self._marks.move_to_end(key)
+        while len(self._marks) > self._size:
+            self._marks.popitem(last=False)
+
+
 class Turn:
     """Runs ``events`` (a Runner turn, not yet iterated) in a task; ``items`` yields what it
     publishes.
@@ -65,7 +134,8 @@ class Turn:
         app_name: the Runner's app.
         user_id: the caller.
         session_id: the session.
-        seen: how many events the session held before the turn (read by the caller).
+        head: where the session's events ended before the turn (read by the caller).
+        heads: told where they end after it.
         root_name: the root agent's name, the author of an error the turn raised.
         tasks: where the running task is kept until it ends (not garbage-collected, and
             awaitable at shutdown).
@@ -79,17 +149,20 @@ class Turn:
         app_name: str,
         user_id: str,
         session_id: str,
-        seen: int,
+        head: Head,
+        heads: Heads,
         root_name: str,
         tasks: set[asyncio.Task[None]],
     ) -> None:
         self._events = events
         self._service = service
         self._ref = (app_name, user_id, session_id)
-        self._seen = seen
-        # Where the last read of the session ended, for a service that can read only what was
-        # stored since (``read_turn``): each look then costs the new events, not the session.
-        self._mark: HistoryMark | None = None
+        # Where the last read of the session ended: with a service that can read only what was
+        # stored since (``read_turn``), each look costs the new events, not the session.
+        self._mark = head.mark
+        self._last_id = head.last_id
+        self._published: set[str] = set()
+        self._heads = heads
         self._root = root_name
         self._queue: asyncio.Queue[Item] = asyncio.Queue()
         self._invocation_id = ""
@@ -122,25 +195,27 @@ class Turn:
 
     async def _publish_stored(self) -> list[EventOut]:
         """Publish the events stored since the last look; return them."""
-        read_turn = getattr(self._service, "read_turn", None)
         new: list[SessionEvent] | None = None
-        if read_turn is not None and self._mark is not None:
-            view = await read_turn(*self._ref, after=self._mark)
+        read_turn = getattr(self._service, "read_turn", None)
+        if read_turn is not None:
+            view: TurnView | None = await read_turn(*self._ref, after=self._mark)
             if view is None:  # deleted while the turn ran
                 return []
+            self._mark = view.mark
             if view.delta:
                 new = view.events
-                self._mark = view.mark
-                self._seen += len(new)
-        if new is None:
+        if new is None:  # no mark that leads on (a compaction summary, a write from elsewhere)
             session = await self._service.get_session(*self._ref)
-            if session is None:  # deleted while the turn ran
+            if session is None:
                 return []
-            new = session.events[self._seen :]
-            self._seen = len(session.events)
-            if read_turn is not None:  # a mark to read on from next time
-                view = await read_turn(*self._ref)
-                self._mark = view.mark if view is not None else None
+            new = session.events
+            ids = [event.id for event in new]
+            if self._last_id in ids:
+                new = new[ids.index(self._last_id) + 1 :]
+        new = [event for event in new if event.id not in self._published]
+        if new:
+            self._last_id = new[-1].id
+            self._published.update(event.id for event in new)
         out = [EventOut.of_stored(event) for event in new]
         for event in out:
             if event.author != "user" or not self._invocation_id:
@@ -149,6 +224,12 @@ class Turn:
         return out
 
     async def _run(self) -> None:
+        try:
+            await self._turn()
+        finally:  # the next turn of the session reads on from here
+            self._heads.remember(self._ref[1], self._ref[2], self._mark)
+
+    async def _turn(self) -> None:
         started = False
         output: str | None = None
         interrupt: InterruptInfo | None = None
