@@ -268,6 +268,32 @@ async def test_a_transfer_target_started_after_the_cancel_never_calls_its_model(
     assert len(billing_model.requests) == 1 and len(triage_model.requests) == 1
 
 
+async def test_a_cancel_after_the_model_asked_for_a_transfer_transfers_on_resume() -> None:
+    triage_model = rk.ScriptedModel(
+        [asks(rk.ToolCall("t1", "transfer_to_agent", '{"agent_name": "billing"}'))]
+    )
+    billing_model = rk.ScriptedModel([Message.assistant("paid")])
+    billing = rk.ChatModelAgent("billing", "pays invoices", model=billing_model)
+    root = rk.set_sub_agents(rk.ChatModelAgent("triage", model=triage_model), [billing])
+    runner = _runner(root)
+
+    events, outcome = await _cancel_at(
+        runner.query("pay"), _is_reply_with_calls, CancelMode.AFTER_MODEL
+    )
+
+    assert outcome is not None and outcome.checkpoint_id is not None
+    assert point_addresses(last_interrupt(events)) == [
+        ["agent:triage", "tool:transfer_to_agent:t1"]
+    ]
+    assert not any(ev.output is not None and ev.output.role == "tool" for ev in events)
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [
+        ("triage", "tool", "successfully transferred to agent [billing]"),
+        ("billing", "assistant", "paid"),
+    ]
+    assert len(triage_model.requests) == 1 and len(billing_model.requests) == 1
+
+
 async def test_a_sequential_workflow_stops_between_its_agents_and_resumes_the_next() -> None:
     first = rk.ScriptedModel([Message.assistant("draft")])
     second = rk.ScriptedModel([Message.assistant("reviewed")])
@@ -425,6 +451,27 @@ async def test_a_stream_cut_by_an_immediate_cancel_ends_with_stream_cancelled_er
     done = await runner.invoke_resume(outcome.checkpoint_id)
     assert done.output is not None and done.output.content == "whole answer"
     assert [m.role for m in model.requests[1].messages] == ["user"]  # no partial reply
+
+
+async def test_a_retried_stream_cut_by_a_cancel_is_not_retried() -> None:
+    model = rk.ScriptedModel([Message.assistant("one two three"), Message.assistant("again")])
+    retry = rk.ModelRetry(max_retries=3, backoff=lambda attempt: 0.0)
+    runner = _runner(rk.ChatModelAgent("helper", model=model, retry=retry), streaming=True)
+    handle = runner.query("count")
+    streams = 0
+    async for ev in handle:
+        if ev.output is not None and ev.output.stream is not None:
+            streams += 1
+            chunks = aiter(ev.output.stream)
+            await anext(chunks)
+            outcome = await handle.cancel()
+            with pytest.raises(StreamCancelledError):
+                await anext(chunks)
+
+    assert streams == 1 and len(model.requests) == 1  # one attempt: a cut is not a failure
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert done.output is not None and done.output.content == "again"
 
 
 async def test_an_immediate_cancel_from_another_task_cuts_a_stream_waiting_for_a_chunk() -> None:
