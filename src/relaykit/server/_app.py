@@ -98,7 +98,7 @@ _TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _caller(request: Request) -> str:
+async def _caller(request: Request) -> str:
     """The user a request is from: its API key's (401 without a known one), else ``dev``."""
     keys: dict[str, str] | None = request.app.state.api_keys
     if keys is None:
