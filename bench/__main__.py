@@ -17,6 +17,7 @@ SUITES = {
     "sessions": "bench.sessions",
     "crash": "bench.crash",
     "live": "bench.live",
+    "http": "bench.http",
 }
 
 
