@@ -11,17 +11,26 @@ in any process — as the tool's result (``Message.tool(decision, tool_call_id=.
 Runs offline on ScriptedModel: the scripts below are what a real LLM would answer, as functions
 of the request (they read the history, so they answer follow-ups from earlier turns). Pass a
 provider string (``openai:gpt-4o-mini``) for a real model.
+
+It is an app: ``relaykit run examples/support_desk`` chats with it in the terminal (answer the
+refund's approval with ``approved by Ana`` or ``no``), ``relaykit tree examples/support_desk``
+draws it. ``DESK_PACE=0.5`` makes the scripted models take that many seconds before they
+answer and stream their words slowly, as real models do (``make demo`` sets it in a terminal).
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
+import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import relaykit as rk
-from relaykit import Message, ModelRequest, ToolCall
+from relaykit import Message, MessageStream, ModelRequest, ToolCall
+
+APP_NAME = "desk"
 
 ORDERS = {"1234": {"status": "shipped", "carrier": "DHL", "eta": "Thursday", "total": 59.90}}
 PARCELS = {"1234": {"tracking": "JD0146000031", "last_seen": "the Leipzig hub, this morning"}}
@@ -132,15 +141,29 @@ def orders_script(request: ModelRequest, n: int) -> Message:
     return _call(tool, {"order_id": _order_id(request)}, n)
 
 
+def _decision(text: str) -> tuple[bool, str]:
+    """The manager's decision, as (approved, by whom): JSON such as ``{"approved": true, "by":
+    "Ana"}``, or words such as ``approved by Ana`` or ``no``."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        return bool(data.get("approved")), str(data.get("by") or "the manager")
+    approved = re.match(r"\s*(no\b|den|decl|rej)", text, re.I) is None
+    by = re.search(r"\bby\s+(.+?)\.?\s*$", text, re.I)
+    return approved, by.group(1) if by else "the manager"
+
+
 def refunds_script(request: ModelRequest, n: int) -> Message:
     last = request.messages[-1]
     if last.role == "tool" and last.tool_name == "request_refund":
-        decision = json.loads(last.content)
+        approved, by = _decision(last.content)
         asked = _own_call(request, "request_refund") or {}
-        if not decision.get("approved"):
-            return Message.assistant(f"Sorry: {decision.get('by')} declined the refund.")
+        if not approved:
+            return Message.assistant(f"Sorry: {by} declined the refund.")
         return Message.assistant(
-            f"Good news: {decision.get('by')} approved your refund of "
+            f"Good news: {by} approved your refund of "
             f"€{asked.get('amount', 0):.2f} for order {asked.get('order_id')}."
         )
     if last.role == "tool" and last.tool_name == "lookup_order":
@@ -166,14 +189,38 @@ def scripted(script: Callable[[ModelRequest, int], Message]) -> rk.ScriptedModel
         while True:
             yield lambda request: script(request, next(counter))
 
-    return rk.ScriptedModel(responses())
+    return rk.ScriptedModel(responses(), record_requests=False)
 
 
-def build_desk(model: str | None = None) -> rk.FlowAgent:
-    """The agent tree. ``model`` is a provider string; None = scripted (offline)."""
+class Paced:
+    """A model that takes ``pace`` seconds before it answers, then streams word by word."""
+
+    def __init__(self, model: rk.ChatModel, pace: float) -> None:
+        self.model = model
+        self.pace = pace
+
+    async def generate(self, request: ModelRequest) -> Message:
+        await asyncio.sleep(self.pace)
+        return await self.model.generate(request)
+
+    def stream(self, request: ModelRequest) -> MessageStream:
+        return MessageStream(self._chunks(request))
+
+    async def _chunks(self, request: ModelRequest) -> AsyncIterator[Message]:
+        await asyncio.sleep(self.pace)
+        async for chunk in self.model.stream(request):
+            yield chunk
+            await asyncio.sleep(self.pace / 10)
+
+
+def build_desk(model: str | None = None, *, pace: float = 0.0) -> rk.FlowAgent:
+    """The agent tree. ``model`` is a provider string; None = scripted (offline), each model
+    taking ``pace`` seconds to answer."""
 
     def pick(script: Callable[[ModelRequest, int], Message]) -> rk.ChatModel:
-        return rk.models.from_string(model) if model else scripted(script)
+        if model:
+            return rk.models.from_string(model)
+        return Paced(scripted(script), pace) if pace > 0 else scripted(script)
 
     triage = rk.ChatModelAgent(
         "triage",
@@ -203,11 +250,11 @@ def build_desk(model: str | None = None) -> rk.FlowAgent:
     return rk.set_sub_agents(triage, [orders, refunds])
 
 
-#: The app's root agent: ``relaykit run examples/support_desk.py`` chats with it offline.
-root_agent = build_desk()
+#: The app's root agent: ``relaykit run examples/support_desk`` chats with it offline.
+root_agent = build_desk(pace=float(os.environ.get("DESK_PACE") or 0))
 
 
 def make_runner(*, session_service: rk.SessionService, model: str | None = None) -> rk.Runner:
     """The Runner ``relaykit run`` / ``relaykit api`` use: ``--model`` picks a provider."""
     desk = root_agent if model is None else build_desk(model)
-    return rk.Runner(desk, app_name="desk", session_service=session_service, streaming=True)
+    return rk.Runner(desk, app_name=APP_NAME, session_service=session_service, streaming=True)

@@ -37,165 +37,143 @@ def test_readme_twenty_line_example_runs_and_routes_to_the_weather_agent() -> No
     ]
 
 
-def _demo_lines(*args: str) -> list[str]:
+def _demo(db: Path, *args: str) -> list[str]:
     out = subprocess.run(
-        [sys.executable, "-m", "examples.demo", *args],
+        [sys.executable, "-m", "examples.demo", "--db", str(db), *args],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=180,
         cwd=ROOT,
         check=True,
     ).stdout
-    return [line.strip() for line in out.splitlines()]
+    return [line.rstrip() for line in out.splitlines()]
 
 
-def _transcript(lines: list[str], header: str) -> list[tuple[str, str, str]]:
-    """The (invocation, agent, what) rows printed under ``header``, up to the next blank line."""
-    rows = []
-    for line in lines[lines.index(header) + 1 :]:
-        if not line.startswith("inv "):
-            break
-        inv, agent, what = (part.strip() for part in line.split("│", 2))
-        rows.append((inv.removeprefix("inv "), agent, what))
-    return rows
-
-
-def _stored(db: Path) -> tuple[list[SessionEvent], bytes | None]:
+def _stored(db: Path, session_id: str) -> tuple[list[SessionEvent], bytes | None]:
     async def read() -> tuple[list[SessionEvent], bytes | None]:
         async with DatabaseSessionService(f"sqlite+aiosqlite:///{db}") as svc:
-            session = await svc.get_session("desk", "ada", "chat-1")
+            session = await svc.get_session("desk", "dev", session_id)
             assert session is not None
-            return session.events, await svc.get_checkpoint("desk", "ada", "chat-1")
+            return session.events, await svc.get_checkpoint("desk", "dev", session_id)
 
     return asyncio.run(read())
 
 
-def test_demo_runs_a_session_over_two_processes_and_the_database_keeps_it(
+ORDER = (
+    '{"order_id": "1234", "status": "shipped", "carrier": "DHL", "eta": "Thursday", "total": 59.9}'
+)
+STARTED = (
+    '⏸ refunds: request_refund started {"ticket": "APR-1234", "status": "waiting for a '
+    'manager", "amount": 59.9} and waits for its result'
+)
+HINT = "  type the result of request_refund to resume; exit leaves it waiting"
+
+
+def test_demo_chats_through_relaykit_run_in_two_processes_and_the_database_keeps_it(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "desk.db"
     db.write_bytes(b"an earlier run's file: the demo starts afresh")
-    lines = _demo_lines("--db", str(db))
-
-    # Two processes of their own, one after the other, on one database.
-    pids = [line for line in lines if line.startswith("── process")]
-    assert [p.split(" (")[0] for p in pids] == [
-        "── process 1 starts",
-        "── process 1 exits",
-        "── process 2 starts",
-        "── process 2 exits",
+    lines = _demo(db)
+    found = re.search(r"^new session (\w{12}) ", "\n".join(lines), re.M)
+    assert found is not None, lines
+    sid = found.group(1)
+    run = f"relaykit run examples/support_desk --db {db}"
+    # The transcript is relaykit run's own output: the prompts echo what the script typed.
+    assert lines == [
+        f"relaykit support desk on scripted models (offline); sessions in {db}",
+        "",
+        "── process 1",
+        f"$ {run}",
+        f"new session {sid} (user dev, app desk; continue it with --session {sid})",
+        "type a message; exit or Ctrl-D ends the chat",
+        "you> Where is my order 1234?",
+        "  ⇢ triage transfers to orders",
+        '  → orders calls lookup_order(order_id="1234")',
+        f"  ← lookup_order: {ORDER}",
+        "orders: Order 1234 has shipped with DHL; it arrives Thursday.",
+        "you> Can you give me the tracking number?",
+        '  → orders calls track_parcel(order_id="1234")',
+        '  ← track_parcel: {"order_id": "1234", "tracking": "JD0146000031", "last_seen": '
+        '"the Leipzig hub, this morning"}',
+        "orders: Your parcel's DHL tracking number is JD0146000031; it was last seen at the "
+        "Leipzig hub, this morning.",
+        "you> It arrived broken. I want a refund.",
+        "orders: Refunds are not my desk: passing you back to the front desk.",
+        "  ⇢ orders transfers to triage",
+        "  ⇢ triage transfers to refunds",
+        '  → refunds calls lookup_order(order_id="1234")',
+        f"  ← lookup_order: {ORDER}",
+        '  → refunds calls request_refund(order_id="1234", amount=59.9, reason="arrived broken")',
+        STARTED,
+        HINT,
+        "answer> exit",
+        f"bye — session {sid} is stored; its pause waits for an answer: {run} --session {sid}",
+        lines[26],
+        "",
+        "── process 2",
+        f"$ {run} --session {sid}",
+        f"session {sid} continues (19 stored events)",
+        "type a message; exit or Ctrl-D ends the chat",
+        STARTED,
+        HINT,
+        "answer> approved by Ana (manager)",
+        "  ← request_refund: approved by Ana (manager)",
+        "refunds: Good news: Ana (manager) approved your refund of €59.90 for order 1234.",
+        "you> Thanks! When will I see the money?",
+        "refunds: The €59.90 for order 1234 goes back to your card within 5 business days.",
+        "you> exit",
+        f"bye — session {sid} is stored",
+        lines[41],
+        "",
+        "Your turn (the relaykit command is in .venv/bin):",
+        "  relaykit run examples/support_desk          chat with the desk (approve with: "
+        "approved by Ana)",
+        f"  relaykit sessions show examples/support_desk {sid} --db {db}",
+        "  relaykit web examples/support_desk          the same desk in the web UI",
     ]
-    assert pids[0].split("pid ")[1] != pids[2].split("pid ")[1]
-    assert lines.index("── process 1 exits") < lines.index(pids[2])
-    assert f"new session 'chat-1' of user 'ada' in {db}" in lines
+    # Two processes of their own, one after the other.
+    pids = [re.fullmatch(r"── process (\d) \(pid (\d+)\) has exited", lines[i]) for i in (26, 41)]
+    assert [m.group(1) for m in pids if m] == ["1", "2"]
+    assert pids[0] and pids[1] and pids[0].group(2) != pids[1].group(2)
 
-    turn1 = _transcript(lines, "Turn 1 · ada: Where is my order 1234?")
-    assert [(agent, what) for _, agent, what in turn1] == [
-        ("triage", "→ hands over to orders"),
-        ("orders", 'calls lookup_order(order_id="1234")'),
-        ("orders", turn1[2][2]),
-        ("orders", 'says "Order 1234 has shipped with DHL; it arrives Thursday."'),
-    ]
-    assert turn1[2][2].startswith('← lookup_order: {"order_id": "1234", "status": "shipped"')
-
-    # The follow-up starts at orders (who spoke last) and finds the order number in turn 1.
-    turn2 = _transcript(lines, "Turn 2 · ada: Can you give me the tracking number?")
-    assert [agent for _, agent, _ in turn2] == ["orders"] * 3
-    assert turn2[0][2] == 'calls track_parcel(order_id="1234")'
-    assert "JD0146000031" in turn2[2][2]
-
-    turn3 = _transcript(lines, "Turn 3 · ada: It arrived broken. I want a refund.")
-    assert [(agent, what.split(" {")[0].split("(")[0]) for _, agent, what in turn3] == [
-        (
-            "orders",
-            'says "Refunds are not my desk: passing you back to the front desk." → '
-            "hands over to triage",
-        ),
-        ("triage", "→ hands over to refunds"),
-        ("refunds", "calls lookup_order"),
-        ("refunds", "← lookup_order:"),
-        ("refunds", "calls request_refund"),
-        ("refunds", "⏸ request_refund started"),
-    ]
-    assert turn3[-1][2].endswith("the invocation pauses")
-    paused = turn3[0][0]
-    assert any(
-        line.startswith(f"invocation {paused} is paused, waiting for a manager") for line in lines
-    )
-    assert (
-        f"opened {db}: session 'chat-1' has invocation {paused} paused at request_refund "
-        "(call 'call_request_refund_1' of the refunds agent)" in lines
-    )
-
-    # Process 2 continues the same invocation with the manager's decision.
-    resumed = _transcript(
-        lines, "Turn 3, continued · the decision, as the result of call call_request_refund_1"
-    )
-    assert resumed == [
-        (paused, "refunds", '← request_refund: {"approved": true, "by": "Ana (manager)"}'),
-        (
-            paused,
-            "refunds",
-            'says "Good news: Ana (manager) approved your refund of €59.90 for order 1234."',
-        ),
-    ]
-    # The last turn starts at refunds (who spoke last) and answers from the earlier turns.
-    turn4 = _transcript(lines, "Turn 4 · ada: Thanks! When will I see the money?")
-    assert [(agent, what) for _, agent, what in turn4] == [
-        (
-            "refunds",
-            'says "The €59.90 for order 1234 goes back to your card within 5 business days."',
-        )
-    ]
-    invocations = [turn1[0][0], turn2[0][0], paused, turn4[0][0]]
-    assert len(set(invocations)) == 4
-
-    # What the database holds, read back by the demo and by the test.
-    summary = lines[lines.index(f"Read back from {db}: session 'chat-1', 24 events") + 1 :]
-    assert summary[:5] == [
-        f"invocation 1 {invocations[0]}:  6 events by user, triage, orders",
-        f"invocation 2 {invocations[1]}:  4 events by user, orders",
-        f"invocation 3 {invocations[2]}: 12 events by user, orders, triage, refunds",
-        f"invocation 4 {invocations[3]}:  2 events by user, refunds",
-        "pause: none (consumed)",
-    ]
-    events, pause = _stored(db)
+    # What the database holds: four invocations; the manager's answer continued the third,
+    # the paused one, under its id; the pause is consumed.
+    events, pause = _stored(db, sid)
     assert pause is None
-    assert [e.invocation_id[:8] for e in events] == [
-        inv for inv, n in zip(invocations, (6, 4, 12, 2), strict=True) for _ in range(n)
-    ]
-    assert [(e.author, e.message.content) for e in events if e.author == "user" and e.message] == [
-        ("user", "Where is my order 1234?"),
-        ("user", "Can you give me the tracking number?"),
-        ("user", "It arrived broken. I want a refund."),
-        ("user", '{"approved": true, "by": "Ana (manager)"}'),
-        ("user", "Thanks! When will I see the money?"),
-    ]
-    interrupts = [e for e in events if e.action is not None and e.action.interrupted is not None]
-    assert [(e.author, e.invocation_id[:8]) for e in interrupts] == [("refunds", paused)]
-    info = interrupts[0].action.interrupted.contexts[0].info  # type: ignore[union-attr]
-    assert info["tool_call_id"] == "call_request_refund_1"
-    assert info["started"] == {
-        "ticket": "APR-1234",
-        "status": "waiting for a manager",
-        "amount": 59.9,
-    }
+    invocations = list(dict.fromkeys(e.invocation_id for e in events))
+    assert len(invocations) == 4
+    counts = [sum(e.invocation_id == inv for e in events) for inv in invocations]
+    assert counts == [6, 4, 12, 2]
+    answer = next(
+        e
+        for e in events
+        if e.message is not None and e.message.role == "tool" and e.author == "user"
+    )
+    paused = next(e for e in events if e.action is not None and e.action.interrupted is not None)
+    assert answer.invocation_id == paused.invocation_id == invocations[2]
+    assert answer.message is not None and answer.message.content == "approved by Ana (manager)"
+    assert paused.author == "refunds"
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT COUNT(*) FROM relaykit_session_events").fetchone() == (24,)
         assert raw.execute("SELECT COUNT(*) FROM relaykit_session_checkpoints").fetchone() == (0,)
 
 
-def test_demo_keep_starts_a_fresh_session_and_approve_alone_finds_nothing(
-    tmp_path: Path,
-) -> None:
-    db = str(tmp_path / "desk.db")
-    _demo_lines("--db", db)
-    again = _demo_lines("--db", db, "--keep")
-    assert f"new session 'chat-2' of user 'ada' in {db}" in again
-    assert f"Read back from {db}: session 'chat-2', 24 events" in again
-    alone = _demo_lines("--db", db, "--step", "approve")
-    assert f"no paused invocation in {db}: nothing to approve" in alone
-    assert alone[-1] == "── process 2 exits"
+def test_demo_keep_adds_a_session_beside_the_earlier_ones(tmp_path: Path) -> None:
+    db = tmp_path / "desk.db"
+    first = _demo(db)
+    again = _demo(db, "--keep")
+    ids = [re.search(r"^new session (\w{12}) ", "\n".join(out), re.M) for out in (first, again)]
+    assert ids[0] is not None and ids[1] is not None
+    assert ids[0].group(1) != ids[1].group(1)
+    # The second run continued its own new session, not the first one.
+    assert f"$ relaykit run examples/support_desk --db {db} --session {ids[1].group(1)}" in again
+    assert len(_stored(db, ids[0].group(1))[0]) == len(_stored(db, ids[1].group(1))[0]) == 24
+
+
+def test_make_demo_runs_the_demo_from_the_makefile() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\t$(BIN)/python -m examples.demo $(ARGS)" in makefile
 
 
 def _run_module(module: str) -> list[str]:

@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from relaykit.cli._app import app
-from relaykit.cli._loading import CliError, default_database, load_app
+from relaykit.cli._database import default_database
+from relaykit.cli._errors import CliError
+from relaykit.cli._loading import load_app
 
 HERE = Path(__file__).resolve().parent
 APP = str(HERE / "chat_app.py")
@@ -69,29 +71,47 @@ def test_run_continues_a_stored_session_where_it_stopped(db: str) -> None:
 
 
 def test_an_approval_is_answered_at_the_prompt(db: str) -> None:
-    out, _ = chat(db, "Refund order 9, please\nyes\n")
-    assert lines(out)[2:7] == [
+    out, session_id = chat(db, "Refund order 9, please\nyes\n")
+    assert lines(out)[2:] == [
         "you> Refund order 9, please",
         "  ⇢ triage transfers to refunds",
         '  → refunds calls issue_refund(order_id="9")',
         "⏸ refunds asks: Refund order 9?",
+        "  type your answer (JSON or text) to resume; exit leaves it waiting",
         "answer> yes",
+        "  ← issue_refund: refunded",
+        "refunds: The refund was refunded.",
+        "you>",
+        f"bye — session {session_id} is stored",
     ]
-    assert "  ← issue_refund: refunded" in out
-    assert "refunds: The refund was refunded." in out
 
 
 def test_a_long_running_tool_gets_the_answer_as_its_result(db: str) -> None:
     out, _ = chat(db, "Ask the manager about order 3\napproved by Bo\n")
-    assert '⏸ refunds: ask_manager started "ticket M-3" and waits for its result' in out
-    assert "answer> approved by Bo" in out
-    assert "refunds: The manager said: approved by Bo" in out
+    assert lines(out)[5:10] == [
+        '⏸ refunds: ask_manager started "ticket M-3" and waits for its result',
+        "  type the result of ask_manager to resume; exit leaves it waiting",
+        "answer> approved by Bo",
+        "  ← ask_manager: approved by Bo",
+        "refunds: The manager said: approved by Bo",
+    ]
 
 
 def test_a_pause_left_open_is_asked_again_when_the_session_continues(db: str) -> None:
-    _, session_id = chat(db, "Refund order 4\n")  # EOF at the prompt: the pause stays stored
+    first, session_id = chat(db, "Refund order 4\nexit\n")  # the pause stays stored
+    assert lines(first)[-2:] == [
+        "answer> exit",
+        f"bye — session {session_id} is stored; its pause waits for an answer: "
+        f"relaykit run {APP} --db {db} --session {session_id}",
+    ]
     out, _ = chat(db, "no\n", "--session", session_id)
-    assert "⏸ refunds asks: Refund order 4?" in out
+    assert lines(out)[1:6] == [
+        "type a message; exit or Ctrl-D ends the chat",
+        "⏸ refunds asks: Refund order 4?",
+        "  type your answer (JSON or text) to resume; exit leaves it waiting",
+        "answer> no",
+        "  ← issue_refund: declined",
+    ]
     assert "refunds: The refund was declined." in out
 
 
@@ -172,7 +192,8 @@ def test_sessions_show_says_when_a_pause_waits(db: str) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["tree", "no/such/app.py"], 2, "no app file no/such/app.py"),
+        (["tree", "no/such/app.py"], 2, "no app file or folder no/such/app.py"),
+        (["tree", "no/such/app"], 2, "no app file or folder no/such/app (nor no/such/app.py)"),
         (["tree", EMPTY], 2, "has no 'root_agent'"),
         (["tree", f"{APP}:missing"], 2, "has no 'missing'"),
         (["tree", "relaykit_no_such_module"], 2, "no module named 'relaykit_no_such_module'"),
@@ -247,7 +268,7 @@ def test_a_package_folder_is_an_app(tmp_path: Path) -> None:
     loaded = load_app(str(package))
     assert loaded.agent.name == "shop"
     assert loaded.folder == package
-    with pytest.raises(CliError, match="not a Python package"):
+    with pytest.raises(CliError, match=r"no __init__\.py .* and no agent\.py"):
         load_app(str(tmp_path))
 
 

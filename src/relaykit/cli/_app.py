@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
@@ -15,7 +16,9 @@ from relaykit.runner import Runner
 from relaykit.sessions.base import SessionService
 
 from ._chat import Chat
-from ._loading import DEFAULT_USER, CliError, LoadedApp, build_runner, load_app, open_sessions
+from ._database import open_sessions, shown_database
+from ._errors import CliError
+from ._loading import DEFAULT_USER, LoadedApp, build_runner, check_model, load_app
 from ._views import agent_tree, session_table, show_session
 
 __all__ = ["app"]
@@ -35,8 +38,8 @@ sessions_app = typer.Typer(
 app.add_typer(sessions_app, name="sessions")
 
 APP_HELP = (
-    "The app: a file (app.py), a package folder or a module name, optionally followed by "
-    ":attribute (default root_agent)."
+    "The app: a file (app.py, or app without .py), a package folder or a module name, "
+    "optionally followed by :attribute (default root_agent)."
 )
 AppArg = Annotated[str, typer.Argument(help=APP_HELP, metavar="APP", show_default=False)]
 UserOpt = Annotated[str, typer.Option("--user", help="The user whose sessions these are.")]
@@ -44,8 +47,9 @@ DbOpt = Annotated[
     str | None,
     typer.Option(
         "--db",
-        help="Database URL (sqlite+aiosqlite:///file.db, postgresql+asyncpg://...); default: "
-        "sqlite+aiosqlite:///<app folder>/.relaykit/sessions.db.",
+        help="The session database: a SQLite file (sessions.db) or a URL "
+        "(sqlite+aiosqlite:///file.db, postgresql+asyncpg://user@host/db); default: "
+        "<app folder>/.relaykit/sessions.db.",
         show_default=False,
     ),
 ]
@@ -53,7 +57,8 @@ ModelOpt = Annotated[
     str | None,
     typer.Option(
         "--model",
-        help="A model spec such as openai:gpt-4o-mini, passed to the app's make_runner.",
+        help="The model, as provider:model (openai:gpt-4o-mini, anthropic:..., gemini:..., "
+        "openai-compatible:model@url), passed to the app's make_runner.",
         show_default=False,
     ),
 ]
@@ -97,6 +102,7 @@ async def _with_runner(
     use: Callable[[Runner, SessionService], Awaitable[None]],
 ) -> None:
     """Open the sessions, build the Runner, ``use`` them, and close both."""
+    check_model(loaded, model)  # a bad --model is refused before the database opens
     service = await open_sessions(loaded, db)
     try:
         runner = build_runner(loaded, service, model)
@@ -134,9 +140,14 @@ def run(
     """
     loaded = _load(app_spec)
     console = Console(highlight=False)
+    again = ["relaykit", "run", app_spec]
+    if db is not None:
+        again += ["--db", shown_database(db)]
+    if user != DEFAULT_USER:
+        again += ["--user", user]
 
     async def chat(runner: Runner, service: SessionService) -> None:
-        talk = Chat(runner, service, console, user)
+        talk = Chat(runner, service, console, user, shlex.join(again))
         await talk.loop(await talk.start(session))
 
     _run(lambda: _with_runner(loaded, db, model, chat))

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from rich.console import Console
 from rich.markup import escape
 
+from relaykit.cancel import RunHandle
 from relaykit.errors import RelayKitError
-from relaykit.events import AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptContext
 from relaykit.runner import Runner
 from relaykit.sessions.base import SessionService
 
-from ._loading import CliError
+from ._errors import CliError
 from ._render import EventPrinter, answer_value, interrupt_line, is_tool_pause
 
 __all__ = ["Chat"]
@@ -34,12 +34,19 @@ class Chat:
     interrupt asks its question, and the answer continues the paused invocation."""
 
     def __init__(
-        self, runner: Runner, service: SessionService, console: Console, user_id: str
+        self,
+        runner: Runner,
+        service: SessionService,
+        console: Console,
+        user_id: str,
+        command: str = "relaykit run APP",
     ) -> None:
         self.runner = runner
         self.service = service
         self.console = console
         self.user_id = user_id
+        #: The command line that chats again (``--session ID`` is added), for the last line.
+        self.command = command
         self.printer = EventPrinter(console)
         # Echo what was read when the input is not a terminal, so the transcript reads whole.
         self.echo = not sys.stdin.isatty()
@@ -98,9 +105,11 @@ class Chat:
     async def loop(self, session_id: str) -> None:
         """Chat until the input ends or the user types ``exit``."""
         author, pending = await self.waiting_points(session_id)
+        self.console.print("[dim]type a message; exit or Ctrl-D ends the chat[/]")
         for point in pending:
             self.printer.line(interrupt_line(author, point))
-        self.console.print("[dim]type a message; exit or Ctrl-D ends the chat[/]")
+        if pending:
+            self._answer_hint(pending)
         try:
             while True:
                 try:
@@ -117,11 +126,30 @@ class Chat:
                     self.printer.line(f"[red]✗ {escape(type(exc).__name__)}: {escape(str(exc))}[/]")
                     continue
                 pending = await self._show(events)
+                if pending:
+                    self._answer_hint(pending)
         except _EndOfInput:
             pass
-        self.console.print(f"[dim]bye — session {escape(session_id)} is stored[/]")
+        again = f"{self.command} --session {session_id}"
+        self.console.print(
+            f"[dim]bye — session {escape(session_id)} is stored"
+            + (f"; its pause waits for an answer: {escape(again)}[/]" if pending else "[/]"),
+            highlight=False,
+            soft_wrap=True,
+        )
 
-    def _answer(self, session_id: str, points: list[InterruptContext]) -> AsyncIterator[AgentEvent]:
+    def _answer_hint(self, points: list[InterruptContext]) -> None:
+        """Say what the answer prompt expects."""
+        if all(is_tool_pause(point) for point in points):
+            tools = ", ".join(str(point.info["tool"]) for point in points)
+            what = f"the result of {tools}"
+        else:
+            what = "your answer (JSON or text)"
+        self.console.print(
+            f"[dim]  type {escape(what)} to resume; exit leaves it waiting[/]", highlight=False
+        )
+
+    def _answer(self, session_id: str, points: list[InterruptContext]) -> RunHandle:
         """Ask each waiting point for its answer; the turn that continues the invocation."""
         answers = [self._read("[bold yellow]answer>[/] ") for _ in points]
         if all(is_tool_pause(point) for point in points):
@@ -135,15 +163,20 @@ class Chat:
         }
         return self.runner.resume(user_id=self.user_id, session_id=session_id, targets=targets)
 
-    async def _show(self, events: AsyncIterator[AgentEvent]) -> list[InterruptContext]:
+    async def _show(self, events: RunHandle) -> list[InterruptContext]:
         """Print a turn's events; the points its last interrupt waits on."""
         pending: list[InterruptContext] = []
+        self.printer.working.show("thinking…")
         try:
-            async for event in events:
-                points = await self.printer.show(event)
-                if points:
-                    pending = points
+            async with aclosing(events):
+                async for event in events:
+                    points = await self.printer.show(event)
+                    if points:
+                        pending = points
         except RelayKitError as exc:  # raised before the turn started: nothing was stored
+            self.printer.working.hide()
             self.printer.line(f"[red]✗ {escape(type(exc).__name__)}: {escape(str(exc))}[/]")
             return []
+        finally:
+            self.printer.working.hide()
         return pending

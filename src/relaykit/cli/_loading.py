@@ -1,55 +1,40 @@
-"""Finding the app a command names, and building its Runner and session service."""
+"""What the CLI takes from an app: its agent, ``runner_config`` or ``make_runner``; and the
+Runner built from them."""
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from relaykit.agent import Agent
-from relaykit.errors import ConfigurationError, SessionStoreError
+from relaykit.errors import ConfigurationError
 from relaykit.models.registry import PROVIDERS
 from relaykit.runner import Runner
 from relaykit.sessions.base import SessionService
 
+from ._errors import USAGE, CliError
+from ._importing import import_app_module
+
 __all__ = [
     "DEFAULT_ATTRIBUTE",
     "DEFAULT_USER",
-    "CliError",
     "LoadedApp",
     "build_runner",
+    "check_model",
     "check_model_spec",
-    "default_database",
     "load_app",
-    "open_sessions",
 ]
 
 #: The attribute an app exposes when ``APP`` names no other.
 DEFAULT_ATTRIBUTE = "root_agent"
 #: The user the commands act for unless ``--user`` names another.
 DEFAULT_USER = "dev"
-#: Exit code of a command used wrongly (a missing app, a bad option value).
-USAGE = 2
-#: Exit code of a failure while the command ran (a database that cannot be opened).
-RUNTIME = 1
-
-
-class CliError(Exception):
-    """A failure the CLI reports as one line (no traceback) and exit code ``code``.
-
-    >>> CliError("no such file", 2).code
-    2
-    """
-
-    def __init__(self, message: str, code: int = RUNTIME) -> None:
-        super().__init__(message)
-        #: The process exit code: 2 for a usage error, 1 for a runtime failure.
-        self.code = code
+#: What the CLI passes to every Runner itself: an app's ``runner_config`` cannot set them.
+_CLI_OWNED = frozenset({"agent", "session_service"})
 
 
 @dataclass(slots=True)
@@ -65,8 +50,12 @@ class LoadedApp:
     make_runner: Callable[..., Any] | None
     #: The folder the app lives in (a package's own folder); the default database is there.
     folder: Path
-    #: The app's name in the session store: the module's ``APP_NAME``, else its last name part.
+    #: The app's name in the session store: ``runner_config["app_name"]``, else the module's
+    #: ``APP_NAME``, else the module's (or its folder's) name.
     app_name: str
+    #: The module's ``runner_config``: keyword arguments of the ``Runner`` the CLI builds when
+    #: the app has no ``make_runner`` (plugins, compaction, streaming...).
+    runner_config: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _split(spec: str) -> tuple[str, str | None]:
@@ -77,94 +66,25 @@ def _split(spec: str) -> tuple[str, str | None]:
     return head, tail
 
 
-def _looks_like_path(target: str) -> bool:
-    return target.endswith(".py") or "/" in target or "\\" in target or Path(target).exists()
-
-
-def _import_path(path: Path) -> ModuleType:
-    """Import a ``.py`` file or a package folder, by its dotted name when it sits in packages
-    (so its relative and absolute imports work), else by its file name."""
-    path = path.resolve()
-    if path.is_dir():
-        if not (path / "__init__.py").is_file():
-            raise CliError(f"{path} is a folder but not a Python package (no __init__.py)", 2)
-        parts = [path.name]
-        root = path.parent
-    else:
-        parts = [path.stem] if path.name != "__init__.py" else []
-        root = path.parent
-    while (root / "__init__.py").is_file() and root.parent != root:
-        parts.insert(0, root.name)
-        root = root.parent
-    if not parts or not all(part.isidentifier() for part in parts):
-        raise CliError(f"cannot import {path}: its name is not a valid Python module name", 2)
-    name = ".".join(parts)
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    loaded = sys.modules.get(name)
-    if loaded is not None:
-        where = getattr(loaded, "__file__", None)
-        expected = path / "__init__.py" if path.is_dir() else path
-        if where is not None and Path(where).resolve() == expected:
-            return loaded
-        if where is not None:  # another module of that name: load this file under its own
-            return _import_file(expected, f"relaykit_app_{abs(hash(str(expected)))}")
-    return _import(name, str(path))
-
-
-def _import_file(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise CliError(f"cannot import {path}", 2)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(name, None)
-        raise CliError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
-    return module
-
-
-def _import(name: str, shown: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise CliError(f"no module named {name!r} (from {shown})", 2) from exc
-        raise CliError(f"importing {shown} failed: {exc}") from exc
-    except Exception as exc:
-        raise CliError(f"importing {shown} failed: {type(exc).__name__}: {exc}") from exc
-
-
 def load_app(spec: str) -> LoadedApp:
-    """Import the app ``APP`` names: ``path.py``, ``package/``, ``module``, each optionally
-    followed by ``:attribute`` (default ``root_agent``).
+    """Import the app ``APP`` names: ``path.py``, ``path`` (without ``.py``), ``package/``,
+    ``module``, each optionally followed by ``:attribute`` (default ``root_agent``).
 
     >>> load_app("no/such/app.py")
     Traceback (most recent call last):
     ...
-    relaykit.cli._loading.CliError: no app file no/such/app.py
+    relaykit.cli._errors.CliError: no app file or folder no/such/app.py
     """
     target, attribute = _split(spec)
-    if _looks_like_path(target):
-        path = Path(target)
-        if not path.exists():
-            raise CliError(f"no app file {target}", 2)
-        module = _import_path(path)
-    else:
-        if not all(part.isidentifier() for part in target.split(".")):
-            raise CliError(f"{target!r} is neither an existing file nor a module name", 2)
-        if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))
-        module = _import(target, target)
+    found = import_app_module(target)
+    module = found.module
     name = attribute or DEFAULT_ATTRIBUTE
     value: Any = module
     for part in name.split("."):
         if not hasattr(value, part):
             shown = getattr(module, "__file__", None) or module.__name__
             hint = "" if attribute else " (define it, or name another agent with APP:attribute)"
-            raise CliError(f"app {shown} has no {name!r}{hint}", 2)
+            raise CliError(f"app {shown} has no {name!r}{hint}", USAGE)
         value = getattr(value, part)
     if not isinstance(value, Agent) and callable(value) and not isinstance(value, type):
         try:
@@ -175,19 +95,50 @@ def load_app(spec: str) -> LoadedApp:
             ) from exc
     if not isinstance(value, Agent):
         raise CliError(
-            f"{name!r} of {module.__name__} is a {type(value).__name__}, not an agent", 2
+            f"{name!r} of {module.__name__} is a {type(value).__name__}, not an agent", USAGE
         )
     make_runner = (
         None if attribute not in (None, DEFAULT_ATTRIBUTE) else module.__dict__.get("make_runner")
     )
     if make_runner is not None and not callable(make_runner):
-        raise CliError(f"make_runner of {module.__name__} is not callable", 2)
-    file = getattr(module, "__file__", None)
-    folder = Path(file).resolve().parent if file else Path.cwd()
-    app_name = module.__dict__.get("APP_NAME") or module.__name__.rpartition(".")[2]
+        raise CliError(f"make_runner of {module.__name__} is not callable", USAGE)
+    config = _runner_config(module)
+    app_name = config.get("app_name") or module.__dict__.get("APP_NAME") or found.default_name
     if not isinstance(app_name, str):
-        raise CliError(f"APP_NAME of {module.__name__} must be a str", 2)
-    return LoadedApp(module, value, make_runner, folder, app_name)
+        raise CliError(f"the app name of {module.__name__} must be a str", USAGE)
+    return LoadedApp(module, value, make_runner, found.folder, app_name, config)
+
+
+def _runner_config(module: ModuleType) -> Mapping[str, Any]:
+    """The module's ``runner_config``, checked against the Runner's keyword arguments."""
+    config = module.__dict__.get("runner_config")
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise CliError(
+            f"runner_config of {module.__name__} must be a dict of Runner keyword arguments, "
+            f"not a {type(config).__name__}",
+            USAGE,
+        )
+    accepted = [
+        p.name
+        for p in inspect.signature(Runner).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in _CLI_OWNED
+    ]
+    for key in config:
+        if key in _CLI_OWNED:
+            raise CliError(
+                f"runner_config of {module.__name__} sets {key!r}, which the CLI passes itself "
+                "(the sessions live in the --db database)",
+                USAGE,
+            )
+        if key not in accepted:
+            raise CliError(
+                f"runner_config of {module.__name__} has {key!r}, which is no Runner "
+                f"argument; it takes {', '.join(accepted)}",
+                USAGE,
+            )
+    return config
 
 
 def check_model_spec(spec: str) -> None:
@@ -206,71 +157,82 @@ def check_model_spec(spec: str) -> None:
         raise CliError(
             f"--model {spec!r} should look like '<provider>:<model>', e.g. 'openai:gpt-4o-mini' "
             f"(known providers: {known})",
-            2,
+            USAGE,
         )
     if provider.strip().lower() not in PROVIDERS:
         raise CliError(
             f"--model {spec!r}: unknown provider {provider.strip()!r}; known providers: {known}",
-            2,
+            USAGE,
         )
 
 
-def default_database(app: LoadedApp) -> str:
-    """``sqlite+aiosqlite:///<app folder>/.relaykit/sessions.db``."""
-    return f"sqlite+aiosqlite:///{app.folder / '.relaykit' / 'sessions.db'}"
+def check_model(app: LoadedApp, model: str | None) -> None:
+    """Refuse a ``--model`` that cannot be used, before anything opens: a bad spec, or an app
+    whose ``make_runner`` cannot take it (or that has none)."""
+    if model is None:
+        return
+    check_model_spec(model)
+    if app.make_runner is None:
+        raise CliError(
+            f"--model needs the app to define make_runner(*, session_service, model=None); "
+            f"{app.module.__name__} only has an agent, which keeps its own models",
+            USAGE,
+        )
+    if not _accepts(app.make_runner, "model"):
+        raise CliError(
+            f"--model: make_runner of {app.module.__name__} takes no model argument "
+            "(define it as make_runner(*, session_service, model=None))",
+            USAGE,
+        )
 
 
-async def open_sessions(app: LoadedApp, db: str | None) -> SessionService:
-    """The app's session service, opened (tables created): ``CliError`` when it cannot be."""
-    from relaykit.sessions.database import DatabaseSessionService
-
-    url = db or default_database(app)
-    if db is None:
-        (app.folder / ".relaykit").mkdir(parents=True, exist_ok=True)
+def _accepts(function: Callable[..., Any], name: str) -> bool:
     try:
-        service = DatabaseSessionService(url)
-    except ConfigurationError as exc:
-        raise CliError(f"--db: {exc}", 2) from exc
-    try:
-        await service.open()
-    except (SessionStoreError, OSError) as exc:
-        await service.aclose()
-        raise CliError(f"cannot open the session database: {exc}") from exc
-    return service
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: assume it does
+        return True
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return True
+    found = parameters.get(name)
+    return found is not None and found.kind is not inspect.Parameter.POSITIONAL_ONLY
 
 
 def build_runner(app: LoadedApp, service: SessionService, model: str | None) -> Runner:
     """The app's Runner: ``make_runner(session_service=..., model=...)`` when the app has one,
-    else a streaming session-mode Runner of its agent."""
+    else a streaming session-mode Runner of its agent with the app's ``runner_config``."""
+    check_model(app, model)
+    where = app.module.__name__
     if app.make_runner is None:
-        if model is not None:
-            raise CliError(
-                f"--model needs the app to define make_runner(*, session_service, model=None); "
-                f"{app.module.__name__} only has an agent, which keeps its own models",
-                2,
-            )
+        options: dict[str, Any] = {"app_name": app.app_name, "streaming": True}
+        options.update(app.runner_config)
         try:
-            return Runner(app.agent, app_name=app.app_name, session_service=service, streaming=True)
+            return Runner(app.agent, session_service=service, **options)
         except ConfigurationError as exc:
-            raise CliError(f"cannot run {app.module.__name__}: {exc}") from exc
-    if model is not None:
-        check_model_spec(model)
-    try:
-        runner = app.make_runner(session_service=service, model=model)
-    except ConfigurationError as exc:
-        raise CliError(f"make_runner of {app.module.__name__} failed: {exc}") from exc
-    except Exception as exc:
+            raise CliError(f"cannot run {where}: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # a runner_config value of the wrong kind
+            raise CliError(f"cannot run {where}: runner_config: {exc}") from exc
+    if not _accepts(app.make_runner, "session_service"):
         raise CliError(
-            f"make_runner of {app.module.__name__} failed: {type(exc).__name__}: {exc}"
-        ) from exc
+            f"make_runner of {where} must take session_service (the CLI's session store): "
+            "make_runner(*, session_service, model=None)",
+            USAGE,
+        )
+    arguments: dict[str, Any] = {"session_service": service}
+    if _accepts(app.make_runner, "model"):
+        arguments["model"] = model
+    try:
+        runner = app.make_runner(**arguments)
+    except ConfigurationError as exc:
+        raise CliError(f"make_runner of {where} failed: {exc}") from exc
+    except Exception as exc:
+        raise CliError(f"make_runner of {where} failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(runner, Runner):
         raise CliError(
-            f"make_runner of {app.module.__name__} returned a {type(runner).__name__}, "
-            "not a relaykit Runner"
+            f"make_runner of {where} returned a {type(runner).__name__}, not a relaykit Runner"
         )
     if runner.session_service is not service:
         raise CliError(
-            f"make_runner of {app.module.__name__} returned a Runner that does not keep its "
+            f"make_runner of {where} returned a Runner that does not keep its "
             "sessions in the session_service it was given: pass it on, "
             "Runner(agent, session_service=session_service)"
         )

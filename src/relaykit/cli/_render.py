@@ -6,7 +6,10 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
+from rich.spinner import Spinner
+from rich.text import Text
 
 from relaykit.errors import WillRetryError
 from relaykit.events import AgentEvent
@@ -16,6 +19,7 @@ from relaykit.sessions.base import SessionEvent
 
 __all__ = [
     "EventPrinter",
+    "Working",
     "call_text",
     "clip",
     "interrupt_line",
@@ -124,11 +128,62 @@ def stored_lines(event: SessionEvent) -> list[str]:
     return message_lines(event.author, event.message)
 
 
-class EventPrinter:
-    """Prints a run's events as they arrive; streamed replies token by token."""
+def waiting_text(author: str, message: Message | None) -> str | None:
+    """What the spinner says after ``author``'s ``message``: who works on what next (None:
+    what it said still holds).
+
+    >>> waiting_text("orders", Message.assistant("", [ToolCall("c", "lookup", "{}")]))
+    'orders runs lookup…'
+    >>> waiting_text("orders", Message.tool("{}", tool_call_id="c", tool_name="lookup"))
+    'orders is thinking…'
+    """
+    if message is None:
+        return "working…"
+    if message.role == "tool":
+        return None if message.tool_name == TRANSFER else f"{author} is thinking…"
+    transfers = [_transfer_target(c) for c in message.tool_calls if c.name == TRANSFER]
+    if transfers:
+        return f"{transfers[-1]} takes over…"
+    if message.tool_calls:
+        return f"{author} runs {', '.join(c.name for c in message.tool_calls)}…"
+    return "working…"
+
+
+class Working:
+    """A spinner line while a model or a tool works: on a terminal only, and transient (it
+    leaves nothing behind). Lines printed meanwhile appear above it."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self._live: Live | None = None
+
+    def show(self, text: str) -> None:
+        """Spin with ``text`` (started, or its text changed)."""
+        if not self.console.is_terminal:
+            return
+        spinner = Spinner("dots", Text(text, style="dim"), style="cyan")
+        if self._live is None:
+            self._live = Live(
+                spinner, console=self.console, transient=True, refresh_per_second=12.5
+            )
+            self._live.start(refresh=True)
+        else:
+            self._live.update(spinner, refresh=True)
+
+    def hide(self) -> None:
+        """Stop spinning (before a prompt, or while text streams)."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
+
+
+class EventPrinter:
+    """Prints a run's events as they arrive; streamed replies token by token, and a spinner
+    while the next event is on its way."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.working = Working(console)
 
     def line(self, markup: str, internal: bool = False) -> None:
         """One line (indented for an agent tool's inner event)."""
@@ -139,30 +194,34 @@ class EventPrinter:
         internal = event.internal
         if event.error is not None:
             self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(event.error)))}[/]")
+            self.working.show("working…")
             return []
         action = event.action
         if action is not None and action.interrupted is not None and action.interrupted.contexts:
             if internal:
                 return []
+            self.working.hide()
             for point in action.interrupted.contexts:
                 self.line(interrupt_line(event.agent_name, point))
             return list(action.interrupted.contexts)
         output = event.output
         if output is None:
             return []
+        message = output.message
         if output.stream is not None:
             message = await self._stream(event, internal)
             if message is not None:
                 for line in message_lines(event.agent_name, message, text=False):
                     self.line(line, internal)
-            return []
-        message = output.message
-        if message is not None:
+        elif message is not None:
             for line in message_lines(event.agent_name, message):
                 self.line(line, internal)
         elif output.custom is not None:
             shown = clip(json.dumps(output.custom, ensure_ascii=False, default=str))
             self.line(f"{_who(event.agent_name)}: {escape(shown)}", internal)
+        waiting = waiting_text(event.agent_name, message)
+        if waiting is not None:
+            self.working.show(waiting)
         return []
 
     async def _stream(self, event: AgentEvent, internal: bool) -> Message | None:
@@ -170,10 +229,12 @@ class EventPrinter:
         assert event.output is not None and event.output.stream is not None
         prefix = ("  ┆ " if internal else "") + _who(event.agent_name) + ": "
         started = False
+        self.working.show(f"{event.agent_name} is thinking…")
         try:
             async for chunk in event.output.stream:
                 if chunk.content:
                     if not started:
+                        self.working.hide()  # the text takes the spinner's place
                         self.console.print(prefix, end="", highlight=False)
                         started = True
                     self.console.print(escape(chunk.content), end="", highlight=False)
