@@ -148,6 +148,12 @@ class CancelSignal:
         for scope in list(self._scopes):
             scope.cut()
 
+    def awaited_by_current_task(self) -> bool:
+        """True when the current task is inside a call of the run (a tool calling ``cancel``
+        on its own run would wait for itself)."""
+        task = asyncio.current_task()
+        return any(scope.task is task for scope in self._scopes)
+
     def info(self) -> Cancelled:
         """What the points the cancel stops say (and the interrupt's data)."""
         assert self.mode is not None

@@ -215,7 +215,8 @@ class RunHandle:
                 (``CancelOutcome.timed_out``); None waits as long as it takes.
 
         Raises:
-            ConfigurationError: a mode that is not a ``CancelMode``, or a negative timeout.
+            ConfigurationError: a mode that is not a ``CancelMode``, a negative timeout, or a
+                tool of the run awaiting its own run's ``cancel``.
             Exception: the error the run raised before any agent ran (a resume whose
                 checkpoint is busy, say), raised by the caller's iteration too.
         """
@@ -235,6 +236,11 @@ class RunHandle:
         signal = self._signal
         if self._ended() or (signal.final is not None and signal.cancelled is None):
             return self._outcome()
+        if signal.awaited_by_current_task():
+            raise ConfigurationError(
+                "cancel() was awaited by a tool of the run it cancels, which would wait for "
+                "itself; call it from outside the run (a tool pauses its run with ToolInterrupt)"
+            )
         signal.request(mode)
         timer = None
         if timeout is not None and not signal.immediate:

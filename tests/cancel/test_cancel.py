@@ -242,6 +242,27 @@ async def test_cancel_refuses_a_mode_or_timeout_it_cannot_use() -> None:
     await handle.aclose()
 
 
+async def test_a_tool_cannot_await_the_cancel_of_its_own_run() -> None:
+    handles: list[RunHandle] = []
+    refused: list[str] = []
+
+    async def stop(item: str) -> str:
+        try:
+            await handles[0].cancel()
+        except ConfigurationError as exc:
+            refused.append(str(exc))
+        return "went on"
+
+    stop.__doc__ = "Stop the run."
+    model = rk.ScriptedModel([asks(call("c1", "stop", "x")), Message.assistant("done")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[rk.FunctionTool(stop)]))
+    handles.append(runner.query("go"))
+    result = await handles[0].result()
+
+    assert result.output is not None and result.output.content == "done"
+    assert len(refused) == 1 and "would wait for itself" in refused[0]
+
+
 # -- trees --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", list(CancelMode))
 async def test_a_transfer_target_started_after_the_cancel_never_calls_its_model(
