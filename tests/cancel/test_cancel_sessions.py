@@ -10,7 +10,7 @@ import pytest
 
 import relaykit as rk
 from relaykit import AgentEvent, Cancelled, CancelMode, CancelOutcome, Message, RunHandle
-from relaykit.errors import StreamCancelledError
+from relaykit.errors import CheckpointNotFoundError, StreamCancelledError
 from relaykit.sessions import SessionEvent
 from tests.cancel.support import Counter, Gate, asks, call, point_addresses
 
@@ -164,3 +164,29 @@ async def test_a_session_turn_ended_before_the_cancel_says_so(service: Any) -> N
     await handle.result()
     assert (await handle.cancel()).already_ended
     assert await service.get_checkpoint(APP, USER, SID) is None
+
+
+async def test_two_concurrent_resumes_of_a_cancelled_turn_continue_it_once(service: Any) -> None:
+    slow = Counter("slow", Gate())
+    model = rk.ScriptedModel([asks(call("c1", "slow", "y")), Message.assistant("ok")])
+    runner = rk.Runner(
+        rk.ChatModelAgent("helper", model=model, tools=[slow.tool]),
+        app_name=APP,
+        session_service=service,
+    )
+    await _cancel_at(
+        runner.run([Message.user("go")], user_id=USER, session_id=SID),
+        lambda ev: ev.message is not None and bool(ev.message.tool_calls),
+        CancelMode.AFTER_MODEL,
+    )
+    first = asyncio.ensure_future(runner.invoke_resume(user_id=USER, session_id=SID))
+    assert slow.gate is not None
+    await slow.gate.entered.wait()  # the first resume runs the continuation
+    second = asyncio.ensure_future(runner.invoke_resume(user_id=USER, session_id=SID))
+    slow.gate.opened.set()
+
+    done = await first
+    with pytest.raises(CheckpointNotFoundError):  # the pause was consumed meanwhile
+        await second
+    assert done.output is not None and done.output.content == "ok"
+    assert slow.started == ["y"] and len(model.requests) == 2
