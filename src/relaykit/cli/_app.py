@@ -133,10 +133,11 @@ def run(
 ) -> None:
     """Chat with an app in the terminal.
 
-    Each event is shown as it comes: who speaks, transfers, tool calls and results, streamed
-    text. An interrupt asks its question, and your answer continues the run. Type exit (or
-    Ctrl-D) to leave; the session stays stored. Lines are read from stdin when it is not a
-    terminal.
+    Each event is shown as it comes: who speaks, transfers, tool calls and results, a reply's
+    tokens as they stream, a spinner while a model or a tool works. A pause (an approval, a
+    long-running tool) asks for its answer, which resumes the run. Type exit (or Ctrl-D) to
+    leave; the session stays stored, with a pause still waiting, for --session ID. Lines are
+    read from stdin when it is not a terminal.
     """
     loaded = _load(app_spec)
     console = Console(highlight=False)
