@@ -5,8 +5,8 @@ A cancelled run is paused, not failed: it stops at the mode's safe point and end
 interrupt whose data is ``Cancelled(mode, escalated)``, saved as a checkpoint (or as the
 session's pause) so that ``resume`` continues exactly there.
 
-Iterating a handle costs one attribute check per event: until ``cancel`` or ``result`` is
-called, ``__anext__`` hands out the run's own generator step. From then on the handle
+Iterating a handle costs one small call per event: until ``cancel`` or ``result`` is called,
+``__anext__`` hands out the run's own generator step. From then on the handle
 serialises the pulls, because ``cancel`` may have to drive the run to its safe point itself
 (when the caller is not iterating, or calls ``cancel`` between two events), keeping the events
 it pulled for the caller's next iterations.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 
 from relaykit._cancel import Cancelled, CancelMode, CancelSignal
@@ -82,15 +82,16 @@ class RunHandle:
         "_failure",
         "_lock",
         "_signal",
-        "_slow",
+        "_step",
     )
 
     def __init__(self, events: AsyncGenerator[AgentEvent, None], signal: CancelSignal) -> None:
         """A handle on ``events`` (the Runner's generator) whose agents share ``signal``."""
         self._events = events
         self._signal = signal
-        # False until cancel() or result(): iterating is then the generator's own step.
-        self._slow = False
+        # What __anext__ calls: the generator's own step until cancel() or result() is
+        # called, then _next (the pulls are serialised, the kept events delivered first).
+        self._step: Callable[[], Awaitable[AgentEvent]] = events.__anext__
         self._buffer: deque[AgentEvent] = deque()
         self._lock: asyncio.Lock | None = None
         self._done = False
@@ -104,10 +105,8 @@ class RunHandle:
         return self
 
     def __anext__(self) -> Awaitable[AgentEvent]:
-        # The cancel check of every event: one attribute (bench/core.py measures it).
-        if self._slow:
-            return self._next()
-        return self._events.__anext__()
+        # The cancel check of every event: which step to take (bench/core.py measures it).
+        return self._step()
 
     async def _next(self) -> AgentEvent:
         buffer = self._buffer
@@ -151,7 +150,7 @@ class RunHandle:
     def _go_slow(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
-        self._slow = True
+        self._step = self._next
         return self._lock
 
     def _ended(self) -> bool:
