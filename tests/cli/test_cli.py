@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 from relaykit.cli._app import app
@@ -113,6 +114,27 @@ def test_a_pause_left_open_is_asked_again_when_the_session_continues(db: str) ->
         "  ← issue_refund: declined",
     ]
     assert "refunds: The refund was declined." in out
+
+
+def test_ctrl_c_at_the_prompt_ends_the_chat_and_keeps_the_session(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    typed = iter(["Where is order 7?"])
+
+    def read(self: Console, prompt: str = "") -> str:
+        self.print(prompt, end="")
+        line = next(typed, None)
+        if line is None:
+            raise KeyboardInterrupt
+        return line
+
+    monkeypatch.setattr(Console, "input", read)
+    out, session_id = chat(db, "")
+    assert lines(out)[-3:] == [
+        "orders: Order 7 has shipped.",
+        "you>",
+        f"bye — session {session_id} is stored",
+    ]
 
 
 def test_an_unknown_session_is_an_error(db: str) -> None:

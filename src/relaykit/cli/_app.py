@@ -84,8 +84,9 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise _fail(str(exc), exc.code) from None
     except RelayKitError as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 1) from None
-    except KeyboardInterrupt:
-        raise _fail("interrupted", 130) from None
+    except KeyboardInterrupt:  # Ctrl-C while a turn ran (at a prompt, it ends the chat)
+        Console(stderr=True, highlight=False).print("\nrelaykit: interrupted")
+        raise typer.Exit(130) from None
 
 
 def _load(spec: str) -> LoadedApp:

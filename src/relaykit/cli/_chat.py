@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import uuid
-from contextlib import aclosing
+from collections.abc import Iterator
+from contextlib import aclosing, contextmanager
 
 from rich.console import Console
 from rich.markup import escape
@@ -27,6 +30,22 @@ EXIT_WORDS = frozenset({"exit", "quit", ":q"})
 
 class _EndOfInput(Exception):
     """The user typed ``exit`` or closed the input."""
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Let Ctrl-C interrupt a blocking read at once. (asyncio's own handler only cancels the
+    main task, which a read that blocks the event loop never notices: Ctrl-C would seem to do
+    nothing until Enter.)"""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 class Chat:
@@ -53,10 +72,10 @@ class Chat:
 
     def _read(self, prompt: str) -> str:
         try:
-            text = self.console.input(prompt)
-        except EOFError:
-            if self.echo:
-                self.console.print()
+            with _interruptible():
+                text = self.console.input(prompt)
+        except (EOFError, KeyboardInterrupt):  # Ctrl-D, Ctrl-C: the chat ends, nothing is lost
+            self.console.print()
             raise _EndOfInput from None
         if self.echo:
             self.console.print(escape(text), highlight=False)
