@@ -87,24 +87,6 @@ class CallCut(Exception):
     by its caller, never delivered)."""
 
 
-class _Scope:
-    """One await in progress under ``guard``: its task, and whether the cancel was sent to it."""
-
-    __slots__ = ("level", "sent", "task")
-
-    def __init__(self, task: asyncio.Task[object] | None) -> None:
-        self.task = task
-        self.level = task.cancelling() if task is not None else 0
-        self.sent = False
-
-    def cut(self) -> None:
-        task = self.task
-        # A call that cancels its own run (a tool calling ``cancel``) is not cut: it finishes.
-        if task is not None and not self.sent and task is not asyncio.current_task():
-            self.sent = True
-            task.cancel()
-
-
 class CancelSignal:
     """One run's cancel state, shared by its agents through ``RunOptions.cancel``.
 
@@ -114,7 +96,7 @@ class CancelSignal:
     (True, False, Cancelled(mode=<CancelMode.AFTER_TOOLS: 'after_tools'>, escalated=False))
     """
 
-    __slots__ = ("_scopes", "cancelled", "escalated", "final", "immediate", "mode")
+    __slots__ = ("_sent", "_waiting", "cancelled", "escalated", "final", "immediate", "mode")
 
     def __init__(self) -> None:
         #: The mode asked for; None while nobody asked to cancel.
@@ -127,7 +109,10 @@ class CancelSignal:
         self.final: InterruptInfo | None = None
         #: ``final`` when a cancel caused it (its data is ``Cancelled``), else None.
         self.cancelled: InterruptInfo | None = None
-        self._scopes: list[_Scope] = []
+        # The tasks awaiting a guarded call now (how many calls each: they may nest).
+        self._waiting: dict[asyncio.Task[object], int] = {}
+        # The tasks a cut was sent to, with how many cancellations they had before it.
+        self._sent: dict[asyncio.Task[object], int] = {}
 
     def request(self, mode: CancelMode) -> None:
         """Ask the run to stop at ``mode``'s safe point (an immediate request wins over a
@@ -145,14 +130,18 @@ class CancelSignal:
 
     def _cut(self) -> None:
         self.immediate = True
-        for scope in list(self._scopes):
-            scope.cut()
+        current = asyncio.current_task()
+        for task in list(self._waiting):
+            # A call that cancels its own run (a tool calling ``cancel``) is not cut here.
+            if task is not current and task not in self._sent:
+                self._sent[task] = task.cancelling()
+                task.cancel()
 
     def awaited_by_current_task(self) -> bool:
         """True when the current task is inside a call of the run (a tool calling ``cancel``
         on its own run would wait for itself)."""
         task = asyncio.current_task()
-        return any(scope.task is task for scope in self._scopes)
+        return task is not None and task in self._waiting
 
     def info(self) -> Cancelled:
         """What the points the cancel stops say (and the interrupt's data)."""
@@ -179,19 +168,26 @@ class CancelSignal:
         if self.immediate:
             raise CallCut
         task = asyncio.current_task()
-        scope = _Scope(task)
-        self._scopes.append(scope)
+        if task is None:  # not in a task: nothing to cut
+            return await call(*args, **kwargs)
+        waiting = self._waiting
+        waiting[task] = waiting.get(task, 0) + 1
         try:
             return await call(*args, **kwargs)
         except asyncio.CancelledError:
-            if scope.sent and task is not None:
-                scope.sent = False
-                if task.uncancel() <= scope.level:
-                    raise CallCut from None
+            # Ours when a cut was sent to this task and no cancellation from outside came too
+            # (the count is back at what it was before the cut), as ``asyncio.timeout`` does.
+            level = self._sent.pop(task, None)
+            if level is not None and task.uncancel() <= level:
+                raise CallCut from None
             raise
         finally:
-            self._scopes.remove(scope)
-            if scope.sent and task is not None:
+            n = waiting[task] - 1
+            if n:
+                waiting[task] = n
+            else:
+                del waiting[task]
+            if self._sent and self._sent.pop(task, None) is not None:
                 task.uncancel()  # the call swallowed the cancellation and finished: keep it
 
     async def next_chunk(self, chunks: AsyncIterator[T]) -> T:

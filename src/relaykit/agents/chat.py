@@ -21,6 +21,7 @@ from relaykit.agents._tool_calls import (
     EXIT,
     MAX_ARGUMENT_DEPTH,
     ChatModelAgentState,
+    ExitTool,
     PendingToolCall,
     Prepared,
     ReplyStream,
@@ -317,7 +318,7 @@ class ChatModelAgent:
         resumed = False
         while True:
             if paused is None:
-                if cancel is not None and cancel.stops_before_model():
+                if cancel is not None and cancel.mode is not None and cancel.stops_before_model():
                     yield self._paused_before_model(ctx, messages, remaining, cancel)
                     return
                 if remaining <= 0:
@@ -389,7 +390,12 @@ class ChatModelAgent:
                         break
                 todo: list[tuple[ToolCall, ResumeInfo | None]] = [(c, None) for c in state.calls]
                 self._refuse_partial_transfers(prepared, state, todo)
-                if todo and cancel is not None and cancel.stops_after_model():
+                if (
+                    todo
+                    and cancel is not None
+                    and cancel.mode is not None
+                    and cancel.stops_after_model()
+                ):
                     # D26: the reply is kept; its calls wait, not started, for the resume.
                     for call, _ in todo:
                         state.pending[call.id] = self._cut_call(ctx, call, cancel)
@@ -585,8 +591,9 @@ class ChatModelAgent:
         if inv is not None and (not inv.plugins or isinstance(tool, TransferTool)):
             inv = None  # no tool hooks (none for the synthetic transfer_to_agent)
         try:
-            if cancel is None or isinstance(tool, AgentTool):
-                # An agent tool's inner agents stop at their own safe points (D26).
+            if cancel is None or isinstance(tool, (AgentTool, TransferTool, ExitTool)):
+                # An agent tool's inner agents stop at their own safe points (D26); the
+                # built-in transfer and exit tools return at once.
                 result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
             else:
                 result = await cancel.guard(
