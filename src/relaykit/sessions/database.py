@@ -503,9 +503,9 @@ class DatabaseSessionService:
         Tasks of this process queue on an ``asyncio.Lock`` per session first; the one at the
         front then takes the lock every process shares. SQLite: an ``flock`` on
         ``<database file>.locks/<digest>.lock``. PostgreSQL: a session-level advisory lock
-        (``pg_try_advisory_lock``) on a connection of its own, taken out of the engine's pool
-        for the block and closed afterwards, so a turn never occupies a pooled connection and
-        a dead process's lock goes with its connection.
+        (``pg_try_advisory_lock``) on the one connection that holds every lock of the service,
+        out of the engine's pool, so a turn never occupies a pooled connection, many turns
+        need no more connections than one, and a dead process's locks go with its connection.
         """
         ref = SessionRef.of(app_name, user_id, session_id)
         return self._hold(ref, validate_lock_timeout(timeout))
