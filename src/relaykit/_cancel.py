@@ -96,7 +96,16 @@ class CancelSignal:
     (True, False, Cancelled(mode=<CancelMode.AFTER_TOOLS: 'after_tools'>, escalated=False))
     """
 
-    __slots__ = ("_sent", "_waiting", "cancelled", "escalated", "final", "immediate", "mode")
+    __slots__ = (
+        "_loop",
+        "_sent",
+        "_waiting",
+        "cancelled",
+        "escalated",
+        "final",
+        "immediate",
+        "mode",
+    )
 
     def __init__(self) -> None:
         #: The mode asked for; None while nobody asked to cancel.
@@ -113,6 +122,9 @@ class CancelSignal:
         self._waiting: dict[asyncio.Task[object], int] = {}
         # The tasks a cut was sent to, with how many cancellations they had before it.
         self._sent: dict[asyncio.Task[object], int] = {}
+        # The run's event loop, found once: looking the running loop up is a system call
+        # (the process id check) on some Pythons, and ``guard`` needs the task every call.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def request(self, mode: CancelMode) -> None:
         """Ask the run to stop at ``mode``'s safe point (an immediate request wins over a
@@ -167,7 +179,10 @@ class CancelSignal:
         the task from outside propagates as it is."""
         if self.immediate:
             raise CallCut
-        task = asyncio.current_task()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         if task is None:  # not in a task: nothing to cut
             return await call(*args, **kwargs)
         waiting = self._waiting

@@ -28,6 +28,9 @@ from relaykit.resume import InterruptInfo
 
 __all__ = ["CancelMode", "CancelOutcome", "Cancelled", "RunHandle"]
 
+# The buffer of a handle nobody cancelled: never written to (made per handle once it is needed).
+_NO_EVENTS: deque[AgentEvent] = deque(maxlen=0)
+
 # While the caller's own step of the run is in flight, ``cancel`` checks this often (seconds,
 # doubling up to the second value) whether it ended -- only then can it drive the run.
 _POLL = (0.001, 0.05)
@@ -92,7 +95,7 @@ class RunHandle:
         # What __anext__ calls: the generator's own step until cancel() or result() is
         # called, then _next (the pulls are serialised, the kept events delivered first).
         self._step: Callable[[], Awaitable[AgentEvent]] = events.__anext__
-        self._buffer: deque[AgentEvent] = deque()
+        self._buffer: deque[AgentEvent] = _NO_EVENTS  # a deque of its own once slow
         self._lock: asyncio.Lock | None = None
         self._done = False
         # The error the run raised before any agent ran, when a cancel or result pulled it:
@@ -150,6 +153,7 @@ class RunHandle:
     def _go_slow(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
+            self._buffer = deque()
         self._step = self._next
         return self._lock
 
