@@ -346,9 +346,8 @@ def create_app(
             raise from_exception(first.error)
         if not stream:
             collected = [first]
-            async for item in turn.items():
-                assert item is not None
-                collected.append(item)
+            async for batch in turn.batches():
+                collected += batch
             last = collected[-1]
             if last.kind == "failed" or last.result is None:
                 raise from_exception(last.error or asyncio.CancelledError())
@@ -360,11 +359,11 @@ def create_app(
 
         async def body() -> AsyncIterator[str]:
             yield first.sse()
-            async for item in turn.items(keepalive=KEEPALIVE_SECONDS):
-                if item is None:
+            async for batch in turn.batches(keepalive=KEEPALIVE_SECONDS):
+                if not batch:
                     yield ": keepalive\n\n"
-                elif item.kind != "failed":
-                    yield item.sse()
+                elif text := "".join(item.sse() for item in batch if item.kind != "failed"):
+                    yield text
 
         return StreamingResponse(
             body(),

@@ -125,8 +125,8 @@ class Heads:
 
 
 class Turn:
-    """Runs ``events`` (a Runner turn, not yet iterated) in a task; ``items`` yields what it
-    publishes.
+    """Runs ``events`` (a Runner turn, not yet iterated) in a task; ``first`` and ``batches``
+    give what it publishes.
 
     Args:
         events: the turn's event stream (``runner.run(...)`` or ``runner.resume(...)``).
@@ -175,8 +175,9 @@ class Turn:
         """The first item: ``failed`` when the turn could not start."""
         return await self._queue.get()
 
-    async def items(self, *, keepalive: float | None = None) -> AsyncIterator[Item | None]:
-        """The items after the first, up to ``done``; None every ``keepalive`` idle seconds."""
+    async def batches(self, *, keepalive: float | None = None) -> AsyncIterator[list[Item]]:
+        """The items after the first, up to ``done``: each time, all those published since
+        (a response writes them at once); an empty list every ``keepalive`` idle seconds."""
         while True:
             try:
                 if keepalive is None:
@@ -184,9 +185,13 @@ class Turn:
                 else:
                     item = await asyncio.wait_for(self._queue.get(), keepalive)
             except TimeoutError:
-                yield None
+                yield []
                 continue
-            yield item
+            batch = [item]
+            while item.kind not in ("done", "failed") and not self._queue.empty():
+                item = self._queue.get_nowait()
+                batch.append(item)
+            yield batch
             if item.kind in ("done", "failed"):
                 return
 
