@@ -94,6 +94,7 @@ class SqliteWorker:
         self._loop_thread: int | None = None
         self._inline = _db.SQLITE_SYNCHRONOUS != "FULL"
         self._commits = 0
+        self._behind = False  # set by a background checkpoint that could not finish
         self._append_sql = _SqliteSql(dialect, upsert_state)
         self._read_session = _compile(_READ_SESSION, dialect)
         self._event_id_at = _compile(_EVENT_ID_AT, dialect)
@@ -157,25 +158,36 @@ class SqliteWorker:
 
     def _committed(self) -> None:
         self._commits += 1
-        if self._commits >= _CHECKPOINT_EVERY:
-            self._commits = 0
+        if self._commits < _CHECKPOINT_EVERY:
+            return
+        self._commits = 0
+        if self._behind and self._loop_conn is not None:
+            # The last background checkpoint could not finish (another connection kept the
+            # file busy for longer than it waits): checkpoint here, as SQLite's automatic
+            # checkpoint would, so that the WAL cannot grow without bound.
+            self._behind = False
+            self._loop_conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        else:
             self._executor.submit(self._checkpoint)
 
     def _checkpoint(self) -> None:
         # RESTART, not PASSIVE: while the loop's connection keeps committing, a passive
         # checkpoint never catches up with the WAL's end, and the WAL only starts over once one
         # has. RESTART holds writers off while it copies (the loop's connection, which never
-        # waits, then sends its appends here, behind it) and waits for readers for at most
-        # _CHECKPOINT_WAIT_MS; if that is not enough it copies what it can and the next retries.
+        # waits, then sends its appends here, behind it) and waits for other writers and
+        # readers for at most _CHECKPOINT_WAIT_MS; when that is not enough, the loop's
+        # connection checkpoints itself next time (see _committed).
         conn = self._connection()
         try:
             conn.execute(f"PRAGMA busy_timeout={_CHECKPOINT_WAIT_MS}")
             try:
-                conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+                busy, log, done = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
             finally:
                 conn.execute(f"PRAGMA busy_timeout={_db.SQLITE_BUSY_TIMEOUT_MS}")
-        except sqlite3.Error as exc:  # the next one retries
+        except sqlite3.Error as exc:
             _log.debug("relaykit: background WAL checkpoint failed: %s", exc)
+            busy, log, done = 1, 0, 0
+        self._behind = bool(busy) or done < log
 
     # -- append ------------------------------------------------------------------------------
     async def append(self, appended: PreparedAppend) -> None:
