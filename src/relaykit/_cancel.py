@@ -21,6 +21,7 @@ import dataclasses
 import enum
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from relaykit.codec import register_type
@@ -30,7 +31,15 @@ from relaykit.events import AgentEvent
 if TYPE_CHECKING:
     from relaykit.resume import InterruptInfo
 
-__all__ = ["CallCut", "CancelMode", "CancelSignal", "Cancelled", "NotStarted", "cancelled_event"]
+__all__ = [
+    "CallCut",
+    "CancelMode",
+    "CancelSignal",
+    "Cancelled",
+    "CutPoint",
+    "NotStarted",
+    "cancelled_event",
+]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -87,6 +96,66 @@ class CallCut(Exception):
     by its caller, never delivered)."""
 
 
+class CutPoint:
+    """One await an immediate cancel may cut (``with signal.cut_point(): await ...``).
+
+    While the await is in progress the signal knows its task; a cut cancels that task, and
+    leaving the block turns that cancellation into ``CallCut`` -- unless the task was also
+    cancelled from outside (then ``CancelledError`` propagates), as ``asyncio.timeout`` tells
+    its own cancellation from others. Entering after an immediate cancel raises ``CallCut``
+    at once. A plain ``with`` (not a coroutine): a cut point costs no frame of its own.
+    """
+
+    __slots__ = ("signal", "task")
+
+    def __init__(self, signal: CancelSignal) -> None:
+        self.signal = signal
+        self.task: asyncio.Task[object] | None = None
+
+    def __enter__(self) -> None:
+        signal = self.signal
+        if signal.immediate:
+            raise CallCut
+        loop = signal._loop
+        if loop is None:
+            # Found once per run: looking the running loop up is a system call (the process
+            # id check) on some Pythons.
+            loop = signal._loop = asyncio.get_running_loop()
+        task = self.task = asyncio.current_task(loop)
+        if task is not None:
+            waiting = signal._waiting
+            waiting[task] = waiting.get(task, 0) + 1
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = self.task
+        if task is None:
+            return
+        signal = self.signal
+        waiting = signal._waiting
+        n = waiting[task] - 1
+        if n:
+            waiting[task] = n
+        else:
+            del waiting[task]
+        sent = signal._sent
+        if sent:
+            level = sent.pop(task, None)
+            # A cut came: withdraw its cancellation (a call that swallowed it and finished
+            # keeps its result); its CancelledError becomes CallCut.
+            if (
+                level is not None
+                and task.uncancel() <= level
+                and exc_type is not None
+                and issubclass(exc_type, asyncio.CancelledError)
+            ):
+                raise CallCut from None
+
+
 class CancelSignal:
     """One run's cancel state, shared by its agents through ``RunOptions.cancel``.
 
@@ -122,8 +191,7 @@ class CancelSignal:
         self._waiting: dict[asyncio.Task[object], int] = {}
         # The tasks a cut was sent to, with how many cancellations they had before it.
         self._sent: dict[asyncio.Task[object], int] = {}
-        # The run's event loop, found once: looking the running loop up is a system call
-        # (the process id check) on some Pythons, and ``guard`` needs the task every call.
+        # The run's event loop, found by the first cut point.
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def request(self, mode: CancelMode) -> None:
@@ -174,36 +242,15 @@ class CancelSignal:
         if self.mode is not None:
             self.cancelled = info
 
+    def cut_point(self) -> CutPoint:
+        """``with signal.cut_point(): await ...``: an immediate cancel cuts that await
+        (``CallCut``)."""
+        return CutPoint(self)
+
     async def guard(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``await call(*args)``, cut by an immediate cancel (``CallCut``); a cancellation of
-        the task from outside propagates as it is."""
-        if self.immediate:
-            raise CallCut
-        loop = self._loop
-        if loop is None:
-            loop = self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task(loop)
-        if task is None:  # not in a task: nothing to cut
+        """``await call(*args)`` at a cut point (``CallCut`` when an immediate cancel cut it)."""
+        with CutPoint(self):
             return await call(*args, **kwargs)
-        waiting = self._waiting
-        waiting[task] = waiting.get(task, 0) + 1
-        try:
-            return await call(*args, **kwargs)
-        except asyncio.CancelledError:
-            # Ours when a cut was sent to this task and no cancellation from outside came too
-            # (the count is back at what it was before the cut), as ``asyncio.timeout`` does.
-            level = self._sent.pop(task, None)
-            if level is not None and task.uncancel() <= level:
-                raise CallCut from None
-            raise
-        finally:
-            n = waiting[task] - 1
-            if n:
-                waiting[task] = n
-            else:
-                del waiting[task]
-            if self._sent and self._sent.pop(task, None) is not None:
-                task.uncancel()  # the call swallowed the cancellation and finished: keep it
 
     async def next_chunk(self, chunks: AsyncIterator[T]) -> T:
         """The next chunk of a model stream; ``StreamCancelledError`` when an immediate

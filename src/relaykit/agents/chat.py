@@ -336,11 +336,11 @@ class ChatModelAgent:
                 reply: Message | None = None
                 try:
                     if hooks is not None:
-                        reply = await (
-                            model_reply(hooks, self.name, model, request)
-                            if cancel is None
-                            else cancel.guard(model_reply, hooks, self.name, model, request)
-                        )
+                        if cancel is None:
+                            reply = await model_reply(hooks, self.name, model, request)
+                        else:
+                            with cancel.cut_point():
+                                reply = await model_reply(hooks, self.name, model, request)
                     # D24: the reply recorded (history, next model call) and executed has unique
                     # tool-call ids; a streamed reply's chunks stay the provider's.
                     if reply is not None:  # settled by the model hooks (not streamed)
@@ -363,11 +363,11 @@ class ChatModelAgent:
                             if not stream.done:  # the caller stopped early: close the model call
                                 await stream.aclose()
                     else:
-                        reply = await (
-                            model.generate(request)
-                            if cancel is None
-                            else cancel.guard(model.generate, request)
-                        )
+                        if cancel is None:
+                            reply = await model.generate(request)
+                        else:
+                            with cancel.cut_point():
+                                reply = await model.generate(request)
                         if reply.tool_calls:
                             reply = with_unique_call_ids(reply)
                         yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
@@ -596,9 +596,8 @@ class ChatModelAgent:
                 # built-in transfer and exit tools return at once.
                 result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
             else:
-                result = await cancel.guard(
-                    call_tool, tool, tctx, call, arguments, resume, inv, self.name
-                )
+                with cancel.cut_point():
+                    result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
         except CallCut:
             assert cancel is not None
             return self._cut_call(ctx, call, cancel)  # D26: cut; the resume runs it again
