@@ -8,9 +8,9 @@ with an interrupt, so that a cancelled run is paused, not failed:
 * a ``ChatModelAgent`` after a model reply with tool calls (``AFTER_MODEL``), before a model call
   (``AFTER_TOOLS``, after its tool batch), and at once (``IMMEDIATE``);
 * an immediate cancel (or a timeout escalating to one) also cuts what is being awaited: a model
-  call, a plain tool call, a stream's next chunk. Those awaits go through ``guard``, which cancels
-  the awaiting task the way ``asyncio.timeout`` does (a targeted ``cancel``, then ``uncancel``),
-  so a cancellation from outside still propagates.
+  call, a plain tool call, a stream's next chunk. Those awaits are cut points (``CutPoint``),
+  which cancel the awaiting task the way ``asyncio.timeout`` does (a targeted ``cancel``, then
+  ``uncancel``), so a cancellation from outside still propagates.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from relaykit.codec import register_type
 from relaykit.errors import StreamCancelledError
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-P = ParamSpec("P")
 
 
 @register_type("relaykit.CancelMode")
@@ -92,7 +91,7 @@ class NotStarted:
 
 
 class CallCut(Exception):
-    """An awaited call was cut by an immediate cancel (raised by ``CancelSignal.guard``, caught
+    """An awaited call was cut by an immediate cancel (raised by a ``CutPoint``, caught
     by its caller, never delivered)."""
 
 
@@ -187,7 +186,7 @@ class CancelSignal:
         self.final: InterruptInfo | None = None
         #: ``final`` when a cancel caused it (its data is ``Cancelled``), else None.
         self.cancelled: InterruptInfo | None = None
-        # The tasks awaiting a guarded call now (how many calls each: they may nest).
+        # The tasks awaiting at a cut point now (how many cut points each: they may nest).
         self._waiting: dict[asyncio.Task[object], int] = {}
         # The tasks a cut was sent to, with how many cancellations they had before it.
         self._sent: dict[asyncio.Task[object], int] = {}
@@ -247,16 +246,12 @@ class CancelSignal:
         (``CallCut``)."""
         return CutPoint(self)
 
-    async def guard(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``await call(*args)`` at a cut point (``CallCut`` when an immediate cancel cut it)."""
-        with CutPoint(self):
-            return await call(*args, **kwargs)
-
     async def next_chunk(self, chunks: AsyncIterator[T]) -> T:
         """The next chunk of a model stream; ``StreamCancelledError`` when an immediate
         cancel cut it (the model's stream is closed)."""
         try:
-            return await self.guard(anext, chunks)
+            with CutPoint(self):
+                return await anext(chunks)
         except CallCut:
             aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
