@@ -103,6 +103,10 @@ def serve(url: str, port: int) -> None:
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=10,
+        # Longer than any pause of a client between two requests: uvicorn's 5 s default closes
+        # the setup client's idle connections while the load runs, and its next request
+        # races the close (httpx.ReadError).
+        timeout_keep_alive=75,
     )
 
 
@@ -197,34 +201,43 @@ async def _check_stored(http: httpx.AsyncClient, run: Run, ids: list[str], turns
 
 
 async def http_load(http: httpx.AsyncClient, pid: int, label: str, prefix: str, sse: bool) -> Run:
-    """SESSIONS sessions doing TURNS turns each at the same time."""
+    """SESSIONS sessions doing TURNS turns each at the same time, each session a client of
+    its own (one connection, as separate users have; one shared client with a pool of 200
+    connections would cost more CPU than the server)."""
     run = Run(label)
     ids = [f"{prefix}-{i}" for i in range(SESSIONS)]
     created = await asyncio.gather(*(http.post("/sessions", json={"session_id": i}) for i in ids))
     run.errors += [f"create: HTTP {r.status_code}" for r in created if r.status_code != 201]
     one_turn = _sse_turn if sse else _json_turn
 
-    async def session(session_id: str) -> None:
+    async def session(session_id: str, user: httpx.AsyncClient) -> None:
         for _ in range(TURNS):
-            await _timed(run, lambda: one_turn(http, session_id))
+            await _timed(run, lambda: one_turn(user, session_id))
 
-    cpu, client, start = _proc_cpu(pid), time.process_time(), time.perf_counter()
-    await asyncio.gather(*(session(i) for i in ids))
-    run.wall = time.perf_counter() - start
-    run.cpu, run.client_cpu = _proc_cpu(pid) - cpu, time.process_time() - client
+    async with contextlib.AsyncExitStack() as stack:
+        users = [
+            await stack.enter_async_context(httpx.AsyncClient(base_url=http.base_url, timeout=120))
+            for _ in ids
+        ]
+        cpu, client, start = _proc_cpu(pid), time.process_time(), time.perf_counter()
+        await asyncio.gather(*(session(i, user) for i, user in zip(ids, users, strict=True)))
+        run.wall = time.perf_counter() - start
+        run.cpu, run.client_cpu = _proc_cpu(pid) - cpu, time.process_time() - client
     await _check_stored(http, run, ids, TURNS)
     return run
 
 
 async def http_sequential(http: httpx.AsyncClient, pid: int, label: str, prefix: str) -> Run:
-    """One session, SEQUENTIAL_TURNS turns one after the other (streamed)."""
+    """One session, SEQUENTIAL_TURNS turns one after the other (streamed), from a client of
+    its own."""
     run = Run(label)
     await http.post("/sessions", json={"session_id": prefix})
-    cpu, client, start = _proc_cpu(pid), time.process_time(), time.perf_counter()
-    for _ in range(SEQUENTIAL_TURNS):
-        await _timed(run, lambda: _sse_turn(http, prefix))
-    run.wall = time.perf_counter() - start
-    run.cpu, run.client_cpu = _proc_cpu(pid) - cpu, time.process_time() - client
+    async with httpx.AsyncClient(base_url=http.base_url, timeout=120) as user:
+        cpu, client, start = _proc_cpu(pid), time.process_time(), time.perf_counter()
+        for _ in range(SEQUENTIAL_TURNS):
+            await _timed(run, lambda: _sse_turn(user, prefix))
+        run.wall = time.perf_counter() - start
+        run.cpu, run.client_cpu = _proc_cpu(pid) - cpu, time.process_time() - client
     await _check_stored(http, run, [prefix], SEQUENTIAL_TURNS)
     return run
 
@@ -242,7 +255,7 @@ async def server(url: str, log: pathlib.Path) -> AsyncIterator[tuple[httpx.Async
         )
     limits = httpx.Limits(max_connections=SESSIONS + 10, max_keepalive_connections=SESSIONS + 10)
     try:
-        async with httpx.AsyncClient(
+        async with httpx.AsyncClient(  # setup and checks
             base_url=f"http://127.0.0.1:{port}", limits=limits, timeout=120
         ) as http:
             for _ in range(300):
@@ -434,8 +447,9 @@ async def main(pg_url: str) -> None:
         "The app: bench/turns.py's workload — agent A transfers to B, B calls `get_weather` and "
         "answers (3 scripted model calls, 1 transfer, 1 tool call, 6 stored events per turn), "
         "`Runner(..., streaming=True)` (so a streamed turn sends `chunk` events too), served by "
-        "`create_app` under uvicorn (one process, h11, no access log). The client is httpx's "
-        "`AsyncClient` in the benchmark process, one connection per session. Under load: "
+        "`create_app` under uvicorn (one process, h11, no access log, 75 s keep-alive). The "
+        "clients are httpx `AsyncClient`s in the benchmark process, one per session (one "
+        "connection each). Under load: "
         f"{SESSIONS} sessions run {TURNS} turns each at the same time (a session's turns one "
         f"after the other), after {SESSIONS} warm-up turns; latency is per turn, from sending "
         "the request to the `done` event (or the whole JSON body). Alone: one session runs "
