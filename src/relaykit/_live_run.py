@@ -259,6 +259,8 @@ class LiveRun:
                         async with order:
                             if self.ended:
                                 return
+                            if self.stream is not stream:
+                                break  # read before a transfer (by send) closed it: dropped
                             try:
                                 await self._on_response(stream, response)
                             except Exception as exc:

@@ -108,3 +108,59 @@ async def settle() -> None:
     """Let the background reader process what it can (it never waits on a clock)."""
     for _ in range(20):
         await asyncio.sleep(0)
+
+
+class PushedConnection:
+    """A live connection whose responses the test pushes (``push``), at the moment it wants."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[LiveResponse | None] = asyncio.Queue()
+        #: Every message and blob the client sent, in order.
+        self.sent: list[Any] = []
+        #: Whether the client closed the connection.
+        self.closed = False
+
+    def push(self, *responses: LiveResponse | Message) -> None:
+        """Have ``receive`` yield ``responses`` (a message as ``LiveResponse(message=m)``)."""
+        for response in responses:
+            if isinstance(response, Message):
+                response = LiveResponse(response)
+            self._queue.put_nowait(response)
+
+    def end(self) -> None:
+        """The model closes the connection normally."""
+        self._queue.put_nowait(None)
+
+    async def send(self, message: Message) -> None:
+        if self.closed:
+            raise ConnectionError("the connection is closed")
+        self.sent.append(message)
+
+    async def send_realtime(self, blob: Any) -> None:
+        if self.closed:
+            raise ConnectionError("the connection is closed")
+        self.sent.append(blob)
+
+    async def receive(self) -> Any:
+        while not self.closed:
+            response = await self._queue.get()
+            if response is None:
+                return
+            yield response
+
+    async def close(self) -> None:
+        self.closed = True
+        self._queue.put_nowait(None)
+
+
+class PushedModel:
+    """A live model whose connections are ``PushedConnection`` objects."""
+
+    def __init__(self) -> None:
+        #: One connection per connect, in order.
+        self.connections: list[PushedConnection] = []
+
+    async def connect(self, config: Any) -> PushedConnection:
+        connection = PushedConnection()
+        self.connections.append(connection)
+        return connection
