@@ -115,3 +115,22 @@ async def test_a_compaction_summary_stored_at_the_end_of_a_turn_is_published_onc
             "c",
             "echo c",
         ]
+
+
+async def test_two_users_with_the_same_session_id_read_only_their_own_events() -> None:
+    keys = {"key-a": "alice", "key-b": "bob"}
+    alice = {"Authorization": "Bearer key-a"}
+    bob = {"Authorization": "Bearer key-b"}
+    service = CountingMemory()
+    async with client(desk(service=service), api_keys=keys) as http:
+        for who in (alice, bob):
+            await http.post("/sessions", json={"session_id": "s1"}, headers=who)
+        streamed: dict[str, list[str]] = {"alice": [], "bob": []}
+        for text in ("Where is order 7?", "I want a refund"):  # the turns interleave
+            for name, who in (("alice", alice), ("bob", bob)):
+                events = await turn(http, "s1", {"text": text}, **who)
+                streamed[name] += [e["id"] for e in _agent_events(events)]
+        for name, who in (("alice", alice), ("bob", bob)):
+            stored = (await http.get("/sessions/s1/events", headers=who)).json()
+            assert streamed[name] == [e["id"] for e in stored]
+        assert not set(streamed["alice"]) & set(streamed["bob"])
