@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request, Response
-from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from relaykit.errors import (
@@ -23,19 +22,17 @@ from relaykit.runner import Runner
 from relaykit.server._errors import ERRORS, ApiError, from_exception, install_handlers, refused
 from relaykit.server._models import (
     AgentOut,
-    ChunkOut,
     CreateSessionIn,
-    DiscardOut,
     EventOut,
     HealthOut,
     ResumeIn,
-    RunResultOut,
     SessionDetailOut,
     SessionOut,
     TurnIn,
     TurnResultOut,
     agent_tree,
 )
+from relaykit.server._openapi import TURN_RESPONSES, openapi_document
 from relaykit.server._turns import KEEPALIVE_SECONDS, Head, Heads, Turn
 from relaykit.sessions.base import (
     APP_PREFIX,
@@ -55,47 +52,6 @@ DEV_USER = "dev"
 SHUTDOWN_GRACE = 30.0
 #: How long cancelled turns get to close (release their session, store their error).
 _CANCEL_GRACE = 10.0
-
-_TURN_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **ERRORS,
-    200: {
-        "model": TurnResultOut,
-        "description": (
-            "`text/event-stream` by default: `agent_event` (an EventOut), `chunk` (a ChunkOut), "
-            "`discard` (a DiscardOut: drop those chunks), then `done` (a RunResultOut). With "
-            '`"stream": false`: one TurnResultOut.'
-        ),
-        "content": {
-            "text/event-stream": {
-                "schema": {  # one event of the stream (OpenAPI 3.1: ``schema`` is per event)
-                    "description": "One event: its `event:` name and its `data:`, a JSON object.",
-                    "oneOf": [
-                        {
-                            "type": "object",
-                            "properties": {
-                                "event": {"const": name},
-                                "data": {
-                                    "type": "string",
-                                    "contentMediaType": "application/json",
-                                    "contentSchema": {
-                                        "$ref": f"#/components/schemas/{model.__name__}"
-                                    },
-                                },
-                            },
-                            "required": ["event", "data"],
-                        }
-                        for name, model in (
-                            ("agent_event", EventOut),
-                            ("chunk", ChunkOut),
-                            ("discard", DiscardOut),
-                            ("done", RunResultOut),
-                        )
-                    ],
-                }
-            }
-        },
-    },
-}
 
 
 async def _caller(request: Request) -> str:
@@ -374,7 +330,7 @@ def create_app(
     @app.post(
         "/sessions/{session_id}/turns",
         response_model=None,
-        responses=_TURN_RESPONSES,
+        responses=TURN_RESPONSES,
         dependencies=[_NO_QUERY],
     )
     async def run_turn(session_id: str, body: TurnIn, user: User) -> Response:
@@ -393,7 +349,7 @@ def create_app(
     @app.post(
         "/sessions/{session_id}/resume",
         response_model=None,
-        responses=_TURN_RESPONSES,
+        responses=TURN_RESPONSES,
         dependencies=[_NO_QUERY],
     )
     async def resume(session_id: str, body: ResumeIn, user: User) -> Response:
@@ -406,29 +362,9 @@ def create_app(
         )
 
     def openapi() -> dict[str, Any]:
-        """FastAPI's document plus the models the event stream sends."""
+        """FastAPI's document plus the event stream's models and the API key's scheme."""
         if app.openapi_schema is None:
-            document = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            components = document.setdefault("components", {})
-            schemas = components.setdefault("schemas", {})
-            for model in (EventOut, ChunkOut, DiscardOut, RunResultOut):
-                found = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                schemas.update(found.pop("$defs", {}))
-                schemas.setdefault(model.__name__, found)
-            if keys is not None:  # every route but /health takes the key
-                components["securitySchemes"] = {
-                    "apiKey": {"type": "http", "scheme": "bearer", "description": "An API key."}
-                }
-                for path, operations in document.get("paths", {}).items():
-                    if path != "/health":
-                        for operation in operations.values():
-                            operation["security"] = [{"apiKey": []}]
-            app.openapi_schema = document
+            app.openapi_schema = openapi_document(app, bearer=keys is not None)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
