@@ -36,6 +36,7 @@ __all__ = [
     "AgentStream",
     "ConnectionFailed",
     "EventBuffer",
+    "ToolCancelled",
     "audio_blob",
     "close_quietly",
     "connection_error",
@@ -220,6 +221,10 @@ class AgentFailed(Exception):
 
 class ConnectionFailed(Exception):
     """Sending over the live connection failed."""
+
+
+class ToolCancelled(Exception):
+    """``LiveSession.close()`` cancelled the running tool of this call id."""
 
 
 def live_agent(flow: FlowAgent) -> ChatModelAgent:

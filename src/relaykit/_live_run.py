@@ -33,6 +33,7 @@ from relaykit._live_events import (
     AgentStream,
     ConnectionFailed,
     EventBuffer,
+    ToolCancelled,
     audio_blob,
     close_quietly,
     connection_error,
@@ -52,6 +53,7 @@ from relaykit.agents.chat import ChatModelAgent
 from relaykit.context import PriorTurns, RunContext, RunHistory, RunOptions
 from relaykit.errors import (
     ConfigurationError,
+    LiveSessionClosedError,
     MaxTransfersError,
     ModelError,
     PluginError,
@@ -92,8 +94,13 @@ class LiveRun:
         self.options = RunOptions(False, owner.max_transfers)
         # True once the end began: nothing more is sent; the end task finishes the rest.
         self.ended = False
+        # True once the caller asked to close: no tool starts, a running one is cancelled.
+        self.closing = False
         self.end_task: asyncio.Future[None] | None = None
         self.pump_task: asyncio.Future[None] | None = None
+        self.closer: asyncio.Future[None] | None = None
+        # The tool call running now (in a task of its own, so that close() can cancel it).
+        self.tool_task: asyncio.Future[ToolCallResult | PendingToolCall] | None = None
         self._lock = contextlib.AsyncExitStack()
         self._before_run_ran = False
         self._audio_turns = 0
@@ -230,6 +237,14 @@ class LiveRun:
         with an error event (D9)."""
         try:
             await self._read_connections()
+        except asyncio.CancelledError:
+            if not self.ended:
+                # Cancelled from outside (the event loop ending with the session open): it
+                # ends as a crash would -- nothing more is stored, the next turn answers the
+                # calls left open -- but its connection closes, after_run runs, the lock goes.
+                self.ended = True
+                await self._release()
+            raise
         except Exception as exc:
             logger.exception("the live session of %s failed", self.ref)
             if not self.ended:
@@ -265,7 +280,7 @@ class LiveRun:
                                 await self._on_response(stream, response)
                             except Exception as exc:
                                 await self._fail(stream, exc)
-                        if self.ended or self.stream is not stream:
+                        if self.ended or self.closing or self.stream is not stream:
                             break
             except Exception as exc:  # closing the connection's stream failed
                 failure = failure or exc
@@ -284,6 +299,8 @@ class LiveRun:
 
     async def _fail(self, stream: AgentStream, exc: Exception) -> None:
         """End the session after ``exc`` (under the storage order)."""
+        if isinstance(exc, ToolCancelled):
+            return  # close() cancelled the tool: it ends the session (the call is answered)
         if isinstance(exc, _StoreFailed):
             self._end_without_storing(exc)
             return
@@ -382,12 +399,24 @@ class LiveRun:
     async def _invoke(
         self, stream: AgentStream, call: ToolCall, resume: ResumeInfo | None
     ) -> ToolCallResult | PendingToolCall:
+        """Run one call in a task of its own: ``close()`` cancels it (``ToolCancelled``)."""
+        if self.closing:
+            raise ToolCancelled(call.id)
+        task = asyncio.ensure_future(
+            stream.agent._invoke(stream.ctx, stream.prepared, call, resume, list(stream.context))
+        )
+        self.tool_task = task
         try:
-            return await stream.agent._invoke(
-                stream.ctx, stream.prepared, call, resume, list(stream.context)
-            )
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and self.closing and not (current and current.cancelling()):
+                raise ToolCancelled(call.id) from None
+            raise
         except Exception as exc:  # the tool failed: the agent ends (D27, D15)
             raise AgentFailed(exc) from exc
+        finally:
+            self.tool_task = None
 
     async def _settle(
         self,
@@ -445,6 +474,11 @@ class LiveRun:
             dest = await self._settle(stream, call, outcome, send=True)
             if dest is not None:
                 await self._transfer(stream, dest)
+        except ToolCancelled:
+            raise LiveSessionClosedError(
+                f"the live session of {self.ref} was closed while the tool of call {call_id!r} "
+                "ran: the response was not sent or stored"
+            ) from None
         except _StoreFailed as failed:
             self._end_without_storing(failed)
             raise RunnerError(
@@ -559,11 +593,27 @@ class LiveRun:
                 self.buffer.end()
 
     async def close(self) -> None:
-        """End the session from the caller's side (idempotent); returns once it ended."""
-        if not self.ended:
-            async with self.order:
-                if not self.ended:
-                    await self._finish(self.stream, None)
+        """End the session from the caller's side (idempotent); returns once it ended.
+
+        A running tool is cancelled (its call is answered as abandoned). The end runs in a
+        task of its own, so a caller cancelled meanwhile does not leave the session open.
+        """
+        if self.closer is None:
+            self.closing = True
+            if self.tool_task is not None:
+                self.tool_task.cancel()
+            self.closer = asyncio.ensure_future(self._close())
+        await asyncio.shield(self.closer)
+
+    async def _close(self) -> None:
+        try:
+            if not self.ended:
+                async with self.order:
+                    if not self.ended:
+                        await self._finish(self.stream, None)
+        except Exception:  # D9: the end still happens
+            logger.exception("closing the live session of %s failed", self.ref)
+            self._begin_end()
         await self.wait_ended()
 
     async def wait_ended(self) -> None:

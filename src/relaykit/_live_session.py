@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -71,19 +72,29 @@ class LiveSession:
 
     def __init__(self, run: LiveRun) -> None:
         self._run = run
-        self._opened = False
+        # Made when the opening starts, set once it is over (opened or failed).
+        self._opening: asyncio.Event | None = None
         self._reading = False
 
     def __repr__(self) -> str:
-        state = "ended" if self._run.ended else "open" if self._opened else "not opened"
+        opening = self._opening
+        if self._run.ended:
+            state = "ended"
+        elif opening is None:
+            state = "not opened"
+        else:
+            state = "open" if opening.is_set() else "opening"
         return f"LiveSession({self._run.ref}, {state})"
 
     # -- opening and closing ----------------------------------------------------------------
     async def _open(self) -> LiveSession:
-        if self._opened:
+        if self._opening is not None:
             raise ConfigurationError("this live session was already opened")
-        self._opened = True
-        await self._run.open()
+        self._opening = asyncio.Event()
+        try:
+            await self._run.open()
+        finally:
+            self._opening.set()
         return self
 
     def __await__(self) -> Generator[Any, None, LiveSession]:
@@ -103,12 +114,20 @@ class LiveSession:
     async def close(self) -> None:
         """End the live session (idempotent): the current agent's held events are stored,
         its pending calls answered, the connection closed and ``after_run`` run by the time
-        this returns. Events already buffered can still be read."""
-        if not self._opened:
-            self._opened = True
+        this returns. Events already buffered can still be read.
+
+        A tool running at that moment is cancelled; closing while the session still opens
+        waits for the opening to end. A caller cancelled while it waits for ``close()`` does
+        not stop the end."""
+        opening = self._opening
+        if opening is None:
+            self._opening = asyncio.Event()
+            self._opening.set()
             self._run.ended = True
             self._run.buffer.end()
             return
+        if not opening.is_set():
+            await opening.wait()
         await self._run.close()
 
     # -- state ------------------------------------------------------------------------------
@@ -131,14 +150,19 @@ class LiveSession:
 
     # -- input ------------------------------------------------------------------------------
     def _check_open(self) -> None:
-        if not self._opened:
+        opening = self._opening
+        if opening is None:
             raise ConfigurationError(
                 "open the live session first: live = await runner.run_live(...), or "
                 "async with runner.run_live(...) as live"
             )
-        if self._run.ended:
+        if self._run.ended or self._run.closing:
             raise LiveSessionClosedError(
                 f"the live session of {self._run.ref} has ended: nothing was sent or stored"
+            )
+        if not opening.is_set():
+            raise ConfigurationError(
+                "the live session is still opening: send once run_live(...) has returned"
             )
 
     async def send(self, message: Message) -> None:

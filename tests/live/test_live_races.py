@@ -6,9 +6,23 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 import relaykit as rk
 from relaykit import Message
-from tests.live.support import PushedModel, call, live, rows, runner, settle, shown, stored
+from relaykit.errors import ConfigurationError, LiveSessionClosedError
+from tests.live.support import (
+    PushedModel,
+    Recorder,
+    call,
+    live,
+    read_all,
+    rows,
+    runner,
+    settle,
+    shown,
+    stored,
+)
 
 
 def escalating_tool(gate: asyncio.Event, entered: asyncio.Event) -> Any:
@@ -65,3 +79,154 @@ async def test_a_response_of_the_connection_a_transfer_replaced_is_dropped(
         ("orders", "assistant", "Orders here."),
     ]
     assert old.sent == []  # nothing was sent to the closed connection
+
+
+def blocking_tool(entered: asyncio.Event, seen: list[str]) -> Any:
+    """A tool that waits forever (until cancelled), recording that it was cancelled."""
+
+    @rk.tool
+    async def slow() -> str:
+        """Wait for a warehouse that never answers."""
+        entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+        return "never"
+
+    return slow
+
+
+ABANDONED = "error: abandoned — the live session ended"
+
+
+async def test_close_while_a_tool_runs_cancels_the_tool_and_answers_its_call(
+    session_service: Any,
+) -> None:
+    entered, seen = asyncio.Event(), []
+    recorder = Recorder()
+    model = PushedModel()
+    agent = rk.ChatModelAgent("desk", live_model=model, tools=[blocking_tool(entered, seen)])
+    r = runner(agent, session_service, plugins=[recorder])
+    session = await live(r)
+    model.connections[0].push(call("c1", "slow"))
+    await entered.wait()
+    await session.close()
+    assert seen == ["cancelled"]
+    assert recorder.calls == ["before_run", "after_run"]
+    assert shown(await read_all(session)) == [("call", "slow")]
+    saved = await stored(session_service)
+    assert rows(saved) == [("desk", "assistant", ""), ("desk", "tool", ABANDONED)]
+    assert model.connections[0].sent == [] and model.connections[0].closed
+    again = await live(runner(rk.ChatModelAgent("desk", live_model=PushedModel()), session_service))
+    await again.close()  # the lock was released
+
+
+async def test_a_cancelled_close_still_ends_the_session(session_service: Any) -> None:
+    # A caller cancelled while it waits for close() (a timeout around ``async with``): the
+    # session still ends -- after_run runs and the lock is released -- instead of staying open.
+    entered, seen = asyncio.Event(), []
+    recorder = Recorder()
+    model = PushedModel()
+    agent = rk.ChatModelAgent("desk", live_model=model, tools=[blocking_tool(entered, seen)])
+    r = runner(agent, session_service, plugins=[recorder])
+    session = await live(r)
+    reader = session.events()
+    model.connections[0].push(call("c1", "slow"))
+    await entered.wait()
+
+    async def leave() -> None:
+        async with asyncio.timeout(0):  # expires at once, while close() runs
+            await session.close()
+
+    with pytest.raises(TimeoutError):
+        await leave()
+    assert shown([ev async for ev in reader]) == [("call", "slow")]  # ends once the session did
+    assert session.closed and seen == ["cancelled"]
+    assert recorder.calls == ["before_run", "after_run"]
+    again = await live(runner(rk.ChatModelAgent("desk", live_model=PushedModel()), session_service))
+    await again.close()
+
+
+async def test_close_while_an_answer_runs_its_tool_fails_that_send(session_service: Any) -> None:
+    entered = asyncio.Event()
+
+    @rk.tool
+    async def approve(ctx: rk.ToolContext) -> str:
+        """Approve once a human answered, after a slow check."""
+        if not ctx.was_interrupted:
+            raise rk.ToolInterrupt({"ask": "a human"})
+        entered.set()
+        await asyncio.Event().wait()
+        return "approved"
+
+    model = PushedModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model, tools=[approve]), session_service)
+    session = await live(r)
+    model.connections[0].push(call("a1", "approve"))
+    reader = session.events()
+    assert shown([await anext(reader), await anext(reader)]) == [("call", "approve"), ("pause",)]
+    answering = asyncio.ensure_future(session.send(Message.tool("yes", tool_call_id="a1")))
+    await entered.wait()
+    await session.close()
+    with pytest.raises(LiveSessionClosedError, match=r"closed while the tool of call 'a1' ran"):
+        await answering
+    assert [ev async for ev in reader] == []
+    assert rows(await stored(session_service)) == [
+        ("desk", "assistant", ""),
+        ("desk", "tool", ABANDONED),
+    ]
+    assert model.connections[0].sent == []
+
+
+async def test_sending_while_it_opens_is_refused_and_close_waits_for_the_opening(
+    session_service: Any,
+) -> None:
+    gate, started = asyncio.Event(), asyncio.Event()
+
+    class SlowStart(Recorder):
+        async def before_run(self, ctx: rk.InvocationContext) -> Message | None:
+            started.set()
+            await gate.wait()
+            return await super().before_run(ctx)
+
+    recorder = SlowStart()
+    model = PushedModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service, plugins=[recorder])
+    session = live(r)
+    opening = asyncio.ensure_future(session._open())
+    await started.wait()
+    with pytest.raises(ConfigurationError, match="still opening"):
+        await session.send(Message.user("too early"))
+    with pytest.raises(ConfigurationError, match="still opening"):
+        await session.send_realtime(rk.Blob("audio/pcm", b"\x00"))
+    closing = asyncio.ensure_future(session.close())
+    await settle()
+    assert not closing.done()  # waits for the opening
+    gate.set()
+    await opening
+    await closing
+    assert session.closed and model.connections[0].closed
+    assert recorder.calls == ["before_run", "after_run"]
+    assert await stored(session_service) == []
+
+
+def test_a_session_left_open_when_the_event_loop_ends_runs_after_run() -> None:
+    # asyncio.run cancels the reading task of a session its program forgot to close: the
+    # session ends as a crash would (nothing more stored), with its connection closed and
+    # after_run run, instead of the task vanishing with the session's lock held.
+    recorder = Recorder()
+    model = PushedModel()
+
+    async def forget() -> None:
+        r = runner(
+            rk.ChatModelAgent("desk", live_model=model),
+            rk.InMemorySessionService(),
+            plugins=[recorder],
+        )
+        await live(r)
+
+    asyncio.run(forget())
+    assert recorder.calls == ["before_run", "after_run"]
+    assert model.connections[0].closed
