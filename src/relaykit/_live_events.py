@@ -17,7 +17,7 @@ from relaykit._session_history import STOPPED_TEXT, pending_tool_calls
 from relaykit.agents.chat import ChatModelAgent
 from relaykit.errors import ConfigurationError, ModelError
 from relaykit.events import AgentEvent, AgentOutput, RunPath
-from relaykit.messages import Blob, Message, MessageStream
+from relaykit.messages import Blob, Message, MessageStream, ToolCall
 from relaykit.models.live import LiveConnection, LiveResponse
 from relaykit.sessions.base import SessionEvent
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from relaykit.agents._tool_calls import PendingToolCall, Prepared
     from relaykit.context import RunContext
     from relaykit.flow import FlowAgent
-    from relaykit.messages import ToolCall
 
 logger = logging.getLogger("relaykit")
 
@@ -41,6 +40,7 @@ __all__ = [
     "close_quietly",
     "connection_error",
     "describe",
+    "invalid_response",
     "is_held",
     "is_stored",
     "live_agent",
@@ -95,6 +95,48 @@ def live_event(response: LiveResponse, agent_name: str, run_path: RunPath) -> Ag
     else:
         output = AgentOutput(message, None, message.role, message.tool_name, response)
     return AgentEvent(agent_name, run_path, output)
+
+
+def invalid_response(response: object) -> str | None:
+    """What is wrong with a response a live model yielded (None when nothing is): the types
+    the Runner relies on, and a model that speaks as someone else than the assistant (only a
+    transcription of the user's speech is the user's). Names types, never the content.
+
+    >>> invalid_response(LiveResponse(Message.assistant("Hi")))
+    >>> invalid_response({"text": "Hi"})
+    'a dict, not a LiveResponse'
+    >>> invalid_response(LiveResponse(Message.tool("42", tool_call_id="c1")))
+    "a 'tool' message (a model's messages are the assistant's)"
+    """
+    if not isinstance(response, LiveResponse):
+        return f"a {type(response).__name__}, not a LiveResponse"
+    transcription = response.transcription
+    if transcription is not None and transcription != "input" and transcription != "output":
+        return "a transcription that is neither 'input' nor 'output'"
+    message = response.message
+    if message is not None:
+        if not isinstance(message, Message):
+            return f"a message that is a {type(message).__name__}, not a Message"
+        if not isinstance(message.content, str):
+            return f"a message whose content is a {type(message.content).__name__}, not a str"
+        if transcription is None and message.role != "assistant":
+            role = message.role if message.role in ("user", "system", "tool") else "unknown"
+            return f"a {role!r} message (a model's messages are the assistant's)"
+        for call in message.tool_calls:
+            if not (
+                isinstance(call, ToolCall)
+                and isinstance(call.id, str)
+                and isinstance(call.name, str)
+                and isinstance(call.arguments, str)
+            ):
+                return "a tool call whose id, name or arguments are not strings"
+        for blob in message.attachments:
+            if not (isinstance(blob, Blob) and isinstance(blob.data, bytes)):
+                return "an attachment that is not a Blob of bytes"
+    audio = response.audio
+    if audio is not None and not (isinstance(audio, Blob) and isinstance(audio.data, bytes)):
+        return "audio that is not a Blob of bytes"
+    return None
 
 
 def is_stored(ev: AgentEvent) -> bool:

@@ -38,6 +38,7 @@ from relaykit._live_events import (
     close_quietly,
     connection_error,
     describe,
+    invalid_response,
     is_held,
     is_stored,
     live_agent,
@@ -313,6 +314,15 @@ class LiveRun:
         await self._finish(self.stream, AgentEvent(stream.name, stream.run_path, error=error))
 
     async def _on_response(self, stream: AgentStream, response: LiveResponse) -> None:
+        problem = invalid_response(response)
+        if problem is not None:  # the connection is broken: it ends as a failed one (D27)
+            raise AgentFailed(
+                ModelError(
+                    f"the live model of agent {stream.name!r} sent an invalid response: "
+                    f"{problem}",
+                    provider="live",
+                )
+            )
         if (
             response.partial
             and response.transcription is None

@@ -214,3 +214,43 @@ async def test_a_send_the_connection_refuses_is_a_model_error_and_stores_nothing
             await session.send_realtime(Blob("audio/pcm", b"\x00"))
     assert model.connection.closed
     assert await stored(session_service) == []
+
+
+class Odd:
+    """Not a response at all."""
+
+
+@pytest.mark.parametrize(
+    ("garbage", "problem"),
+    [
+        (Odd(), "a Odd, not a LiveResponse"),
+        (LiveResponse(message="hello"), "a message that is a str, not a Message"),  # type: ignore[arg-type]
+        (LiveResponse(Message("assistant", 42)), "content is a int, not a str"),  # type: ignore[arg-type]
+        (LiveResponse(Message.tool("x", tool_call_id="c0")), "a 'tool' message"),
+        (LiveResponse(Message.user("hi")), "a 'user' message"),
+        (
+            LiveResponse(Message.assistant("", [rk.ToolCall("c1", None, "{}")])),  # type: ignore[arg-type]
+            "a tool call whose id, name or arguments are not strings",
+        ),
+        (LiveResponse(Message.assistant("a"), transcription="both"), "neither 'input' nor"),  # type: ignore[arg-type]
+        (LiveResponse(audio=b"\x00\x01"), "audio that is not a Blob"),  # type: ignore[arg-type]
+        (LiveResponse(Message("assistant", 7), partial=True), "content is a int"),  # type: ignore[arg-type]
+    ],
+)
+async def test_a_model_that_yields_an_invalid_response_ends_with_an_error_event(
+    garbage: Any, problem: str
+) -> None:
+    service = rk.InMemorySessionService()
+    recorder = Recorder()
+    model = ScriptedLiveModel([[Message.assistant("Hello."), garbage, Message.assistant("never")]])
+    r = runner(rk.ChatModelAgent("desk", live_model=model), service, plugins=[recorder])
+    async with live(r) as session:
+        events = await read_all(session)
+    assert shown(events) == [("assistant", "Hello."), ("error", "ModelError")]
+    error = str(events[-1].error)
+    assert "the live model of agent 'desk' sent an invalid response" in error
+    assert problem in error
+    saved = await stored(service)
+    assert rows(saved) == [("desk", "assistant", "Hello.")]  # nothing of the garbage
+    assert saved[-1].error is not None and "invalid response" in saved[-1].error
+    assert recorder.calls == ["before_run", "after_run"] and model.connections[0].closed
