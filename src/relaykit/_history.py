@@ -15,6 +15,7 @@ __all__ = [
     "HistoryEntry",
     "HistoryRewriter",
     "default_history",
+    "place_result",
     "rewrite_message",
     "strip_transfer",
     "transfer_call_ids",
@@ -100,13 +101,51 @@ def default_history(
                 append(stripped if author == name else rewrite_message(stripped, author))
                 continue
         if author == name:
-            append(msg)
+            if msg.role == "tool":
+                place_result(messages, msg)
+            else:
+                append(msg)
         else:
             rewritten = rec.rewritten
             if rewritten is None:
                 rewritten = rec.rewritten = rewrite_message(msg, author)
             append(rewritten)
     return messages
+
+
+def place_result(messages: list[Message], result: Message) -> None:
+    """Add an agent's own tool ``result`` right after its call's message and the results
+    already there. A result that came late (a live session's long-running call answered after
+    the model went on talking, an answer stored when a session ended) would otherwise follow
+    other messages, and providers reject a call whose results do not follow it. A result whose
+    call is not in ``messages`` is appended.
+
+    >>> from relaykit.messages import ToolCall
+    >>> calls = Message.assistant("", [ToolCall("r1", "refund", "{}")])
+    >>> history = [calls, Message.user("Is it quick?"), Message.assistant("Soon.")]
+    >>> place_result(history, Message.tool("approved", tool_call_id="r1"))
+    >>> [m.role for m in history]
+    ['assistant', 'tool', 'user', 'assistant']
+    """
+    call_id = result.tool_call_id
+    i = len(messages)
+    while i and messages[i - 1].role == "tool":
+        i -= 1
+    if not call_id or (i and _calls(messages[i - 1], call_id)):
+        messages.append(result)  # the common case: it follows its call (and its siblings)
+        return
+    for j in range(i - 1, -1, -1):
+        if _calls(messages[j], call_id):
+            k = j + 1
+            while k < len(messages) and messages[k].role == "tool":
+                k += 1
+            messages.insert(k, result)
+            return
+    messages.append(result)
+
+
+def _calls(message: Message, call_id: str) -> bool:
+    return message.role == "assistant" and any(c.id == call_id for c in message.tool_calls)
 
 
 def transfer_call_ids(records: Sequence[RecordedEvent]) -> set[str]:

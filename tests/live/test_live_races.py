@@ -4,12 +4,15 @@ and closes at awkward moments, cancelled callers, a reading task stopped from ou
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from typing import Any
 
 import pytest
 
 import relaykit as rk
 from relaykit import Message
+from relaykit._session_history import STOPPED_TEXT
 from relaykit.errors import ConfigurationError, LiveSessionClosedError
 from tests.live.support import (
     PushedModel,
@@ -230,3 +233,68 @@ def test_a_session_left_open_when_the_event_loop_ends_runs_after_run() -> None:
     asyncio.run(forget())
     assert recorder.calls == ["before_run", "after_run"]
     assert model.connections[0].closed
+
+
+CRASHING = """
+import asyncio, os, sys
+import relaykit as rk
+from relaykit.models.live import LiveResponse, ScriptedLiveModel
+
+@rk.tool(long_running=True)
+def refund(amount: int) -> str:
+    '''Start a refund that a human approves.'''
+    return "refund requested"
+
+@rk.tool
+def lookup(order: str) -> str:
+    '''Look an order up.'''
+    return "order " + order + " shipped"
+
+async def main() -> None:
+    model = ScriptedLiveModel([[
+        LiveResponse(rk.Message.assistant("Where is order 7?"), transcription="input"),
+        rk.Message.assistant("", [rk.ToolCall("r1", "refund", '{"amount": 5}')]),
+        rk.Message.assistant("", [rk.ToolCall("c2", "lookup", '{"order": "7"}')]),
+        ScriptedLiveModel.WAIT,
+        ScriptedLiveModel.WAIT,
+    ]])
+    agent = rk.ChatModelAgent("desk", live_model=model, tools=[refund, lookup])
+    async with rk.DatabaseSessionService(sys.argv[1]) as service:
+        runner = rk.Runner(agent, app_name="live-tests", session_service=service)
+        live = await runner.run_live(user_id="u1", session_id="s1")
+        seen = 0
+        async for ev in live.events():
+            seen += 1
+            if seen == 5:  # transcription, call, pause, call, result: then the process dies
+                os._exit(3)
+asyncio.run(main())
+"""
+
+
+async def test_a_process_killed_mid_session_leaves_a_history_the_next_turn_can_use(
+    sqlite_url: str, tmp_path: Any
+) -> None:
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(script), sqlite_url, cwd=os.getcwd()
+    )
+    assert await proc.wait() == 3
+    chat = rk.ScriptedModel([Message.assistant("How can I help?")])
+    agent = rk.ChatModelAgent("desk", model=chat, live_model=PushedModel())
+    async with rk.DatabaseSessionService(sqlite_url) as service:
+        r = runner(agent, service)
+        await r.invoke(Message.user("Hello again."), user_id="u1", session_id="s1")
+    history = [
+        (m.role, m.content, m.tool_call_id, [c.id for c in m.tool_calls])
+        for m in chat.requests[0].messages
+        if m.role != "system"
+    ]
+    assert history == [
+        ("user", "Where is order 7?", None, []),
+        ("assistant", "", None, ["r1"]),
+        ("tool", STOPPED_TEXT, "r1", []),  # the call the crash left open is answered
+        ("assistant", "", None, ["c2"]),
+        ("tool", "order 7 shipped", "c2", []),
+        ("user", "Hello again.", None, []),
+    ]

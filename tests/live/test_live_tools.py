@@ -341,3 +341,60 @@ async def test_an_event_a_plugin_rejects_becomes_a_stored_error_and_the_session_
     assert shown(events) == [("error", "PluginError"), ("assistant", "ok")]
     saved = await stored(session_service)
     assert "leak" in (saved[0].error or "") and rows(saved) == [("desk", "assistant", "ok")]
+
+
+def request_history(chat: rk.ScriptedModel) -> list[tuple[str, str, str | None, list[str]]]:
+    """(role, content, tool_call_id, call ids) of the first request's non-system messages."""
+    return [
+        (m.role, m.content, m.tool_call_id, [c.id for c in m.tool_calls])
+        for m in chat.requests[0].messages
+        if m.role != "system"
+    ]
+
+
+async def test_a_call_answered_late_reads_right_after_its_call_in_later_histories(
+    session_service: Any,
+) -> None:
+    # The model goes on talking while a long-running call waits; the answer is stored when it
+    # comes, after those messages. A later turn's history puts the result right after its
+    # call (providers reject a call whose result does not follow it).
+    model = ScriptedLiveModel(
+        [
+            [
+                call("r1", "refund", '{"amount": 20}', text="Starting your refund."),
+                WAIT,
+                Message.assistant("Anything else meanwhile?"),
+                WAIT,
+                Message.assistant("Your refund is approved."),
+            ]
+        ]
+    )
+    chat = rk.ScriptedModel([Message.assistant("You're welcome.")])
+    agent = rk.ChatModelAgent("desk", model=chat, live_model=model, tools=[refund])
+    r = runner(agent, session_service)
+    async with live(r) as session:
+        reader = session.events()
+        assert shown([await anext(reader), await anext(reader)]) == [("call", "refund"), ("pause",)]
+        await session.send(Message.user("Is it quick?"))
+        assert shown([await anext(reader)]) == [("assistant", "Anything else meanwhile?")]
+        await session.send(Message.tool("approved", tool_call_id="r1"))
+        assert shown([ev async for ev in reader]) == [
+            ("tool", "approved"),
+            ("assistant", "Your refund is approved."),
+        ]
+    assert [row[1:] for row in rows(await stored(session_service))] == [
+        ("assistant", "Starting your refund."),
+        ("user", "Is it quick?"),
+        ("assistant", "Anything else meanwhile?"),
+        ("tool", "approved"),
+        ("assistant", "Your refund is approved."),
+    ]
+    await r.invoke(Message.user("Thanks!"), user_id="u1", session_id="s1")
+    assert request_history(chat) == [
+        ("assistant", "Starting your refund.", None, ["r1"]),
+        ("tool", "approved", "r1", []),
+        ("user", "Is it quick?", None, []),
+        ("assistant", "Anything else meanwhile?", None, []),
+        ("assistant", "Your refund is approved.", None, []),
+        ("user", "Thanks!", None, []),
+    ]
