@@ -58,13 +58,18 @@ class TurnBuffer:
         return any(self._parts.values())
 
     def chunk(self, kind: Kind, delta: str) -> LiveResponse:
-        """Record ``delta`` (not empty) and return it as a partial response."""
+        """Record ``delta`` (not empty) and return it as a partial response (``TypeError``
+        when it is not a string: a provider's event that did not say what its type says)."""
+        if not isinstance(delta, str):
+            raise TypeError(f"a {kind} delta that is not a string")
         self._parts[kind].append(delta)
         return _response(kind, delta, partial=True)
 
     def complete(self, kind: Kind, final: str | None = None) -> list[LiveResponse]:
         """The complete response of ``kind``: ``final`` when the provider sent the whole text,
         else the chunks gathered; nothing when there is neither."""
+        if final is not None and not isinstance(final, str):
+            raise TypeError(f"a final {kind} that is not a string")
         parts = self._parts[kind]
         self._parts[kind] = []
         text = final if final is not None else "".join(parts)

@@ -323,7 +323,7 @@ class OpenAIRealtimeConnection:
                     f"({cause_text(exc)})",
                     provider=PROVIDER,
                 ) from exc
-            responses = self._read(event)
+            responses = self._read_checked(event)
             if isinstance(event, ResponseDoneEvent) and (
                 self._want_response or self._outputs_waiting
             ):
@@ -335,6 +335,22 @@ class OpenAIRealtimeConnection:
                     raise _send_error(self._model, "a response request", exc) from exc
             for response in responses:
                 yield response
+
+    def _read_checked(self, event: RealtimeServerEvent) -> list[LiveResponse]:
+        """``_read``, an event whose fields are not what its type says (the SDK parses events
+        without validating them) as a ``ModelError`` naming the event type only."""
+        try:
+            return self._read(event)
+        except ModelError:
+            raise
+        except Exception as exc:
+            kind = getattr(event, "type", None)
+            what = f"a {kind!r} event" if isinstance(kind, str) and len(kind) <= 80 else "an event"
+            raise ModelError(
+                f"openai realtime model {self._model!r}: the server sent {what} relaykit could "
+                f"not read ({type(exc).__name__})",
+                provider=PROVIDER,
+            ) from exc
 
     def _read(self, event: RealtimeServerEvent) -> list[LiveResponse]:
         buffer = self._buffer
@@ -360,8 +376,10 @@ class OpenAIRealtimeConnection:
             if not self._batch_started:
                 self._batch_started = True
                 self._batch = set()
-            self._batch.add(event.call_id)
             call = ToolCall(event.call_id, event.name, event.arguments or "{}")
+            if not all(isinstance(x, str) for x in (call.id, call.name, call.arguments)):
+                raise TypeError("a function call whose call_id, name or arguments are not strings")
+            self._batch.add(call.id)
             return [*buffer.complete("text"), LiveResponse(Message.assistant("", [call]))]
         if isinstance(event, ResponseCreatedEvent):
             self._response_active = True

@@ -915,3 +915,63 @@ async def test_sending_after_the_server_closed_raises_a_model_error(
         await conn.send_realtime(Blob("audio/pcm", b"\x00\x00"))
     await conn.close()
     await openai_server.finished()
+
+
+@pytest.mark.parametrize(
+    ("frame", "what"),
+    [
+        (
+            event("response.output_text.delta", **part("resp_1"), delta=4417),
+            "a 'response.output_text.delta' event",
+        ),
+        (
+            event("response.output_audio.delta", **part("resp_1"), delta="4417 not base64!"),
+            "a 'response.output_audio.delta' event",
+        ),
+        (
+            event(
+                "response.function_call_arguments.done",
+                response_id="resp_1",
+                item_id="item_c1",
+                output_index=0,
+                call_id=["c1"],
+                name="get_weather",
+                arguments="{}",
+            ),
+            "a 'response.function_call_arguments.done' event",
+        ),
+        (event("response.done", response="4417"), "a 'response.done' event"),
+    ],
+)
+async def test_an_event_that_cannot_be_read_raises_a_model_error_without_its_content(
+    openai_server: LiveServer, make_model: MakeModel, frame: dict[str, Any], what: str
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.send(created("resp_1"))
+        await peer.send(frame)
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with pytest.raises(ModelError, match=f"the server sent {what} relaykit could not read") as err:
+        await take(conn, 1)
+    assert "4417" not in str(err.value) and err.value.provider == "openai"
+    await conn.close()
+    await openai_server.finished()
+
+
+async def test_unknown_events_are_skipped(openai_server: LiveServer, make_model: MakeModel) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.send(created("resp_1"))
+        await peer.send(event("response.something_new", detail={"x": 1}))
+        await peer.send(text_done("resp_1", "Still here."))
+        await peer.send(done("resp_1"))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    assert await take(conn, 2) == [complete("Still here."), TURN_COMPLETE]
+    await conn.close()
+    await openai_server.finished()
