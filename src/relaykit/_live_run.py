@@ -100,6 +100,10 @@ class LiveRun:
         self.end_task: asyncio.Future[None] | None = None
         self.pump_task: asyncio.Future[None] | None = None
         self.closer: asyncio.Future[None] | None = None
+        # Cleared from a transfer's result until the target is connected (or the session
+        # ended): audio, which does not keep the storage order, waits for the new connection.
+        self.connected = asyncio.Event()
+        self.connected.set()
         # The tool call running now (in a task of its own, so that close() can cancel it).
         self.tool_task: asyncio.Future[ToolCallResult | PendingToolCall] | None = None
         self._lock = contextlib.AsyncExitStack()
@@ -318,8 +322,7 @@ class LiveRun:
         if problem is not None:  # the connection is broken: it ends as a failed one (D27)
             raise AgentFailed(
                 ModelError(
-                    f"the live model of agent {stream.name!r} sent an invalid response: "
-                    f"{problem}",
+                    f"the live model of agent {stream.name!r} sent an invalid response: {problem}",
                     provider="live",
                 )
             )
@@ -450,6 +453,7 @@ class LiveRun:
         dest = None
         if action is not None and action.transfer_to_agent is not None and not outcome.is_error:
             dest = action.transfer_to_agent.dest_agent_name
+            self.connected.clear()  # input after this event goes to the target (D27)
         if dest is None and send:
             await send_to(stream, result)
         out = AgentOutput(result, None, "tool", result.tool_name)
@@ -502,6 +506,12 @@ class LiveRun:
     # -- transfer ---------------------------------------------------------------------------
     async def _transfer(self, stream: AgentStream, dest: str) -> None:
         """End ``stream``'s agent and connect ``dest`` with the session as stored (D27)."""
+        try:
+            await self._switch(stream, dest)
+        finally:
+            self.connected.set()
+
+    async def _switch(self, stream: AgentStream, dest: str) -> None:
         await self._end_stream(stream)
         await close_quietly(stream)
         target = stream.flow.find_target(dest)
@@ -579,6 +589,7 @@ class LiveRun:
         if self.end_task is not None:
             return
         self.ended = True
+        self.connected.set()  # (audio waiting for a transfer sees the end)
         task = self.pump_task
         if task is not None and task is not asyncio.current_task():
             task.cancel()

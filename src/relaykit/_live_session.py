@@ -216,6 +216,9 @@ class LiveSession:
     async def send_realtime(self, blob: Blob) -> None:
         """Send a chunk of realtime input (audio) to the model; never stored.
 
+        It goes at once, even while a tool runs or an event is stored (only text keeps the
+        storage order); during a transfer it waits for the target's connection.
+
         Raises:
             ConfigurationError: not a ``Blob``, or larger than
                 ``LiveRunConfig.max_realtime_chunk_bytes`` (nothing sent).
@@ -234,11 +237,19 @@ class LiveSession:
             )
         self._check_open()
         run = self._run
-        async with run.order:
-            self._check_open()
+        while True:
+            if not run.connected.is_set():
+                await run.connected.wait()
+                self._check_open()
             stream = run.stream
             assert stream is not None
-            await _forward(stream.name, stream.connection.send_realtime(blob))
+            try:
+                await _forward(stream.name, stream.connection.send_realtime(blob))
+                return
+            except ModelError:
+                if run.stream is stream and run.connected.is_set():
+                    raise
+                self._check_open()  # a transfer replaced the connection meanwhile: resend
 
     # -- output -----------------------------------------------------------------------------
     def events(self) -> AsyncIterator[AgentEvent]:

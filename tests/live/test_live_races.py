@@ -298,3 +298,69 @@ async def test_a_process_killed_mid_session_leaves_a_history_the_next_turn_can_u
         ("tool", "order 7 shipped", "c2", []),
         ("user", "Hello again.", None, []),
     ]
+
+
+async def test_audio_is_forwarded_while_a_tool_runs(session_service: Any) -> None:
+    # Streaming audio does not wait for a tool (or a store) of the session: only text, which
+    # is stored, keeps the storage order.
+    gate, entered = asyncio.Event(), asyncio.Event()
+
+    @rk.tool
+    async def check() -> str:
+        """Check the warehouse (slowly)."""
+        entered.set()
+        await gate.wait()
+        return "in stock"
+
+    model = PushedModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model, tools=[check]), session_service)
+    async with live(r) as session:
+        connection = model.connections[0]
+        connection.push(call("c1", "check"))
+        await entered.wait()
+        chunk = rk.Blob("audio/pcm", b"\x01\x02")
+        await session.send_realtime(chunk)  # returns while the tool still runs
+        assert connection.sent == [chunk]
+        gate.set()
+        connection.end()
+        assert shown(await read_all(session)) == [("call", "check"), ("tool", "in stock")]
+    assert connection.sent == [
+        chunk,
+        Message.tool("in stock", tool_call_id="c1", tool_name="check"),
+    ]
+
+
+class GatedModel(PushedModel):
+    """A pushed model whose connect waits for ``gate``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.connecting = asyncio.Event()
+
+    async def connect(self, config: Any) -> Any:
+        self.connecting.set()
+        await self.gate.wait()
+        return await super().connect(config)
+
+
+async def test_audio_sent_during_a_transfer_waits_for_the_new_connection(
+    session_service: Any,
+) -> None:
+    triage_model, orders_model = PushedModel(), GatedModel()
+    triage = rk.ChatModelAgent("triage", live_model=triage_model)
+    orders = rk.ChatModelAgent("orders", live_model=orders_model)
+    r = runner(rk.set_sub_agents(triage, [orders]), session_service)
+    async with live(r) as session:
+        triage_model.connections[0].push(
+            call("t1", "transfer_to_agent", '{"agent_name": "orders"}')
+        )
+        await orders_model.connecting.wait()
+        chunk = rk.Blob("audio/pcm", b"\x03")
+        sending = asyncio.ensure_future(session.send_realtime(chunk))
+        await settle()
+        assert not sending.done()  # waits for the target's connection
+        orders_model.gate.set()
+        await sending
+    assert triage_model.connections[0].sent == []
+    assert orders_model.connections[0].sent == [chunk]
