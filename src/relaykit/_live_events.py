@@ -33,9 +33,9 @@ __all__ = [
     "LIVE_ENDED_TEXT",
     "AgentFailed",
     "AgentStream",
+    "ClosedMeanwhile",
     "ConnectionFailed",
     "EventBuffer",
-    "ToolCancelled",
     "audio_blob",
     "close_quietly",
     "connection_error",
@@ -265,8 +265,9 @@ class ConnectionFailed(Exception):
     """Sending over the live connection failed."""
 
 
-class ToolCancelled(Exception):
-    """``LiveSession.close()`` cancelled the running tool of this call id."""
+class ClosedMeanwhile(Exception):
+    """``LiveSession.close()`` cancelled what was running (a tool call, a transfer's
+    connect)."""
 
 
 def live_agent(flow: FlowAgent) -> ChatModelAgent:

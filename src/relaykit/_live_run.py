@@ -23,7 +23,8 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from relaykit._aio import closing
 from relaykit._invocation import Invocation
@@ -31,9 +32,9 @@ from relaykit._live_events import (
     LIVE_ENDED_TEXT,
     AgentFailed,
     AgentStream,
+    ClosedMeanwhile,
     ConnectionFailed,
     EventBuffer,
-    ToolCancelled,
     audio_blob,
     close_quietly,
     connection_error,
@@ -78,6 +79,8 @@ __all__ = ["LiveRun"]
 
 logger = logging.getLogger("relaykit")
 
+T = TypeVar("T")
+
 
 class LiveRun:
     """One live session's invocation: see the module docstring."""
@@ -104,8 +107,9 @@ class LiveRun:
         # ended): audio, which does not keep the storage order, waits for the new connection.
         self.connected = asyncio.Event()
         self.connected.set()
-        # The tool call running now (in a task of its own, so that close() can cancel it).
-        self.tool_task: asyncio.Future[ToolCallResult | PendingToolCall] | None = None
+        # A tool call or a transfer's connect running now (in a task of its own, so that
+        # close() can cancel it).
+        self.work: asyncio.Future[Any] | None = None
         self._lock = contextlib.AsyncExitStack()
         self._before_run_ran = False
         self._audio_turns = 0
@@ -304,7 +308,7 @@ class LiveRun:
 
     async def _fail(self, stream: AgentStream, exc: Exception) -> None:
         """End the session after ``exc`` (under the storage order)."""
-        if isinstance(exc, ToolCancelled):
+        if isinstance(exc, ClosedMeanwhile):
             return  # close() cancelled the tool: it ends the session (the call is answered)
         if isinstance(exc, _StoreFailed):
             self._end_without_storing(exc)
@@ -412,24 +416,35 @@ class LiveRun:
     async def _invoke(
         self, stream: AgentStream, call: ToolCall, resume: ResumeInfo | None
     ) -> ToolCallResult | PendingToolCall:
-        """Run one call in a task of its own: ``close()`` cancels it (``ToolCancelled``)."""
+        """Run one call (``close()`` cancels it: ``ClosedMeanwhile``)."""
+        try:
+            return await self._cancellable(
+                stream.agent._invoke(
+                    stream.ctx, stream.prepared, call, resume, list(stream.context)
+                )
+            )
+        except ClosedMeanwhile:
+            raise
+        except Exception as exc:  # the tool failed: the agent ends (D27, D15)
+            raise AgentFailed(exc) from exc
+
+    async def _cancellable(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work`` in a task of its own, which ``close()`` cancels: then
+        ``ClosedMeanwhile`` (a cancellation of the awaiting task propagates as such)."""
         if self.closing:
-            raise ToolCancelled(call.id)
-        task = asyncio.ensure_future(
-            stream.agent._invoke(stream.ctx, stream.prepared, call, resume, list(stream.context))
-        )
-        self.tool_task = task
+            work.close()
+            raise ClosedMeanwhile
+        task = asyncio.ensure_future(work)
+        self.work = task
         try:
             return await task
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if task.cancelled() and self.closing and not (current and current.cancelling()):
-                raise ToolCancelled(call.id) from None
+                raise ClosedMeanwhile from None
             raise
-        except Exception as exc:  # the tool failed: the agent ends (D27, D15)
-            raise AgentFailed(exc) from exc
         finally:
-            self.tool_task = None
+            self.work = None
 
     async def _settle(
         self,
@@ -488,7 +503,7 @@ class LiveRun:
             dest = await self._settle(stream, call, outcome, send=True)
             if dest is not None:
                 await self._transfer(stream, dest)
-        except ToolCancelled:
+        except ClosedMeanwhile:
             raise LiveSessionClosedError(
                 f"the live session of {self.ref} was closed while the tool of call {call_id!r} "
                 "ran: the response was not sent or stored"
@@ -532,7 +547,9 @@ class LiveRun:
                 prior = PriorTurns([*run.cached.prior.records, *records_of(run.stored)])
                 ctx = target._enter(stream.ctx.derive(history=RunHistory(run.values, prior=prior)))
                 try:
-                    self.stream = await self._connect(target, agent, ctx)
+                    self.stream = await self._cancellable(self._connect(target, agent, ctx))
+                except ClosedMeanwhile:
+                    return  # close() came first: the target is not connected
                 except ConfigurationError:
                     raise
                 except Exception as exc:
@@ -621,8 +638,8 @@ class LiveRun:
         """
         if self.closer is None:
             self.closing = True
-            if self.tool_task is not None:
-                self.tool_task.cancel()
+            if self.work is not None:
+                self.work.cancel()
             self.closer = asyncio.ensure_future(self._close())
         await asyncio.shield(self.closer)
 

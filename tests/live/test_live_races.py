@@ -364,3 +364,22 @@ async def test_audio_sent_during_a_transfer_waits_for_the_new_connection(
         await sending
     assert triage_model.connections[0].sent == []
     assert orders_model.connections[0].sent == [chunk]
+
+
+async def test_close_while_a_transfer_connects_cancels_the_connect(session_service: Any) -> None:
+    recorder = Recorder()
+    triage_model, orders_model = PushedModel(), GatedModel()  # orders never connects
+    triage = rk.ChatModelAgent("triage", live_model=triage_model)
+    orders = rk.ChatModelAgent("orders", live_model=orders_model)
+    r = runner(rk.set_sub_agents(triage, [orders]), session_service, plugins=[recorder])
+    session = await live(r)
+    triage_model.connections[0].push(call("t1", "transfer_to_agent", '{"agent_name": "orders"}'))
+    await orders_model.connecting.wait()
+    await session.close()
+    assert recorder.calls == ["before_run", "after_run"]
+    assert shown(await read_all(session)) == [
+        ("call", "transfer_to_agent"),
+        ("tool", "successfully transferred to agent [orders]"),
+    ]
+    assert orders_model.connections == [] and triage_model.connections[0].closed
+    assert [e.error for e in await stored(session_service)] == [None, None]
