@@ -122,6 +122,9 @@ def invalid_response(response: object) -> str | None:
         if transcription is None and message.role != "assistant":
             role = message.role if message.role in ("user", "system", "tool") else "unknown"
             return f"a {role!r} message (a model's messages are the assistant's)"
+        if message.tool_calls and (transcription is not None or response.audio is not None):
+            # (the calls would be dropped, or run with no stored call for their results)
+            return "tool calls in a response that also carries a transcription or audio"
         for call in message.tool_calls:
             if not (
                 isinstance(call, ToolCall)

@@ -18,7 +18,18 @@ from relaykit.errors import (
     RunnerError,
 )
 from relaykit.models.live import LiveConfig, LiveResponse, ScriptedLiveModel
-from tests.live.support import WAIT, Recorder, live, partial, read_all, rows, runner, shown, stored
+from tests.live.support import (
+    WAIT,
+    Recorder,
+    call,
+    live,
+    partial,
+    read_all,
+    rows,
+    runner,
+    shown,
+    stored,
+)
 
 
 async def test_sending_after_close_raises_and_sends_nothing(session_service: Any) -> None:
@@ -233,7 +244,15 @@ class Odd:
             "a tool call whose id, name or arguments are not strings",
         ),
         (LiveResponse(Message.assistant("a"), transcription="both"), "neither 'input' nor"),  # type: ignore[arg-type]
-        (LiveResponse(audio=b"\x00\x01"), "audio that is not a Blob"),  # type: ignore[arg-type]
+        (LiveResponse(audio=b"\x00\x01"), "audio that is not a Blob"),
+        (
+            LiveResponse(call("c2", "lookup"), audio=Blob("audio/pcm", b"\x00")),
+            "tool calls in a response that also carries a transcription or audio",
+        ),
+        (
+            LiveResponse(call("c3", "lookup"), transcription="output"),
+            "tool calls in a response that also carries a transcription or audio",
+        ),  # type: ignore[arg-type]
         (LiveResponse(Message("assistant", 7), partial=True), "content is a int"),  # type: ignore[arg-type]
     ],
 )
