@@ -383,3 +383,96 @@ async def test_close_while_a_transfer_connects_cancels_the_connect(session_servi
     ]
     assert orders_model.connections == [] and triage_model.connections[0].closed
     assert [e.error for e in await stored(session_service)] == [None, None]
+
+
+async def test_concurrent_sends_are_stored_in_the_order_they_were_sent(
+    session_service: Any,
+) -> None:
+    model = PushedModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service)
+    async with live(r) as session:
+        texts = [f"part {i}" for i in range(6)]
+        await asyncio.gather(*(session.send(Message.user(t)) for t in texts))
+        sent = [m.content for m in model.connections[0].sent]
+    assert sorted(sent) == texts
+    assert [row[2] for row in rows(await stored(session_service))] == sent
+
+
+async def test_a_send_racing_close_is_either_sent_and_stored_or_refused(
+    session_service: Any,
+) -> None:
+    model = PushedModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service)
+    session = await live(r)
+    results = await asyncio.gather(
+        session.send(Message.user("first")),
+        session.close(),
+        session.send(Message.user("too late")),
+        return_exceptions=True,
+    )
+    assert results[0] is None and results[1] is None
+    assert isinstance(results[2], LiveSessionClosedError)
+    assert [m.content for m in model.connections[0].sent] == ["first"]
+    assert rows(await stored(session_service)) == [("user", "user", "first")]
+
+
+class StuckSendModel(PushedModel):
+    """A pushed model whose first text send never completes."""
+
+    async def connect(self, config: Any) -> Any:
+        connection = await super().connect(config)
+        plain = connection.send
+        stuck = asyncio.Event()
+
+        async def send(message: Message) -> None:
+            if not stuck.is_set():
+                stuck.set()
+                await asyncio.Event().wait()
+            await plain(message)
+
+        connection.send = send  # type: ignore[method-assign]
+        return connection
+
+
+async def test_a_cancelled_send_stores_nothing_and_the_session_goes_on(
+    session_service: Any,
+) -> None:
+    model = StuckSendModel()
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service)
+    async with live(r) as session:
+        sending = asyncio.ensure_future(session.send(Message.user("lost")))
+        await settle()
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        await session.send(Message.user("again"))  # the storage order was released
+    assert [m.content for m in model.connections[0].sent] == ["again"]
+    assert rows(await stored(session_service)) == [("user", "user", "again")]
+
+
+@pytest.mark.parametrize("where", ["before_run", "connect"])
+async def test_cancelling_the_opening_releases_the_session(
+    session_service: Any, where: str
+) -> None:
+    started = asyncio.Event()
+
+    class Stuck(Recorder):
+        async def before_run(self, ctx: rk.InvocationContext) -> Message | None:
+            await super().before_run(ctx)
+            if where == "before_run":
+                started.set()
+                await asyncio.Event().wait()
+            return None
+
+    recorder = Stuck()
+    model = GatedModel()  # never connects
+    r = runner(rk.ChatModelAgent("desk", live_model=model), session_service, plugins=[recorder])
+    opening = asyncio.ensure_future(live(r)._open())
+    await (started.wait() if where == "before_run" else model.connecting.wait())
+    opening.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await opening
+    assert recorder.calls == ["before_run", "after_run"]
+    again = await live(runner(rk.ChatModelAgent("desk", live_model=PushedModel()), session_service))
+    await again.close()  # the lock was released
+    assert await stored(session_service) == []
