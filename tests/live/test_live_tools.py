@@ -398,3 +398,48 @@ async def test_a_call_answered_late_reads_right_after_its_call_in_later_historie
         ("assistant", "Your refund is approved.", None, []),
         ("user", "Thanks!", None, []),
     ]
+
+
+async def test_answering_a_call_twice_or_one_of_the_agent_before_a_transfer_is_refused(
+    session_service: Any,
+) -> None:
+    triage_model = ScriptedLiveModel(
+        [
+            [
+                call("r1", "refund", '{"amount": 5}'),
+                call("r2", "refund", '{"amount": 6}'),
+                WAIT,
+                transfer("orders"),
+            ]
+        ]
+    )
+    orders_model = ScriptedLiveModel([[WAIT]])
+    triage = rk.ChatModelAgent("triage", tools=[refund], live_model=triage_model)
+    orders = rk.ChatModelAgent("orders", live_model=orders_model)
+    r = runner(rk.set_sub_agents(triage, [orders]), session_service)
+    async with live(r) as session:
+        reader = session.events()
+        assert [s[0] for s in shown([await anext(reader) for _ in range(4)])] == [
+            "call",
+            "pause",
+            "call",
+            "pause",
+        ]
+        await session.send(Message.tool("done", tool_call_id="r1"))
+        with pytest.raises(ResumeTargetError, match="'r1' matches no pending"):
+            await session.send(Message.tool("done again", tool_call_id="r1"))
+        rest = [await anext(reader) for _ in range(3)]  # r1's result, the transfer pair
+        with pytest.raises(ResumeTargetError, match="'r2' matches no pending"):
+            await session.send(Message.tool("late", tool_call_id="r2"))  # (after the switch)
+        assert session.agent_name == "orders"
+    assert shown(rest)[0] == ("tool", "done")
+    assert triage_model.connections[0].sent == [
+        Message.tool("done", tool_call_id="r1", tool_name="refund")
+    ]
+    assert orders_model.connections[0].sent == []
+    answers = {
+        e.message.tool_call_id: e.message.content
+        for e in await stored(session_service)
+        if e.message is not None and e.message.role == "tool"
+    }
+    assert answers["r1"] == "done" and answers["r2"] == "error: abandoned — the live session ended"
