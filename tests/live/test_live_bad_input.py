@@ -273,3 +273,73 @@ async def test_a_model_that_yields_an_invalid_response_ends_with_an_error_event(
     assert rows(saved) == [("desk", "assistant", "Hello.")]  # nothing of the garbage
     assert saved[-1].error is not None and "invalid response" in saved[-1].error
     assert recorder.calls == ["before_run", "after_run"] and model.connections[0].closed
+
+
+class FailsOn(rk.InMemorySessionService):
+    """Appends fail for the first event whose message content is ``content``."""
+
+    def __init__(self, content: str) -> None:
+        super().__init__()
+        self.content = content
+
+    async def append_event(self, session: Any, event: Any) -> Any:
+        if event.message is not None and event.message.content == self.content:
+            raise OSError("disk full")
+        return await super().append_event(session, event)
+
+
+@rk.tool
+def look(order: str) -> str:
+    """Look an order up."""
+    return f"order {order} shipped"
+
+
+@pytest.mark.parametrize(
+    ("failing", "steps", "kept"),
+    [
+        (  # the transcription that ends a transcribing phase (a call held behind it)
+            "Where is it?",
+            [
+                partial("Where", "input"),
+                call("c1", "look", '{"order": "7"}'),
+                LiveResponse(Message.assistant("Where is it?"), transcription="input"),
+                Message.assistant("never stored"),
+            ],
+            [],
+        ),
+        (  # a tool's result, after it was sent
+            "order 7 shipped",
+            [call("c1", "look", '{"order": "7"}'), WAIT, Message.assistant("never stored")],
+            [("desk", "assistant", "")],
+        ),
+        (  # the answer to a call left pending, when the model ends the stream
+            "error: abandoned — the live session ended",
+            [Message.assistant("Hi."), call("r1", "hold")],
+            [("desk", "assistant", "Hi."), ("desk", "assistant", "")],
+        ),
+    ],
+)
+async def test_a_failed_store_mid_stream_ends_with_the_error_last(
+    failing: str, steps: list[Any], kept: list[tuple[str, str, str]]
+) -> None:
+    @rk.tool(long_running=True)
+    def hold() -> str:
+        """Wait for a human."""
+        return "waiting"
+
+    service = FailsOn(failing)
+    recorder = Recorder()
+    model = ScriptedLiveModel([steps])
+    agent = rk.ChatModelAgent("desk", live_model=model, tools=[look, hold])
+    r = runner(agent, service, plugins=[recorder])
+    async with live(r) as session:
+        events = await read_all(session)
+    assert shown(events)[-1] == ("error", "RunnerError")
+    assert "failed to store an event" in str(events[-1].error)
+    assert "never stored" not in [ev.message.content for ev in events if ev.message]
+    assert rows(await stored(service)) == kept
+    assert recorder.calls == ["before_run", "after_run"]
+    again = await live(
+        runner(rk.ChatModelAgent("desk", live_model=ScriptedLiveModel([[]])), service)
+    )
+    await again.close()  # the lock was released
