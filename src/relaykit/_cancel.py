@@ -105,11 +105,15 @@ class CutPoint:
     at once. A plain ``with`` (not a coroutine): a cut point costs no frame of its own.
     """
 
-    __slots__ = ("signal", "task")
+    __slots__ = ("level", "signal", "task")
 
     def __init__(self, signal: CancelSignal) -> None:
         self.signal = signal
         self.task: asyncio.Task[object] | None = None
+        # How many cancellations the task had on entering: more than that on leaving, once
+        # the cut's own is withdrawn, means a cancellation from outside came too -- also one
+        # that came before the cut, in the same loop iteration (it must propagate, D9).
+        self.level = 0
 
     def __enter__(self) -> None:
         signal = self.signal
@@ -122,6 +126,7 @@ class CutPoint:
             loop = signal._loop = asyncio.get_running_loop()
         task = self.task = asyncio.current_task(loop)
         if task is not None:
+            self.level = task.cancelling()
             waiting = signal._waiting
             waiting[task] = waiting.get(task, 0) + 1
 
@@ -142,13 +147,13 @@ class CutPoint:
         else:
             del waiting[task]
         sent = signal._sent
-        if sent:
-            level = sent.pop(task, None)
+        if sent and task in sent:
+            sent.discard(task)
             # A cut came: withdraw its cancellation (a call that swallowed it and finished
-            # keeps its result); its CancelledError becomes CallCut.
+            # keeps its result); its CancelledError becomes CallCut, unless the task was also
+            # cancelled from outside (as ``asyncio.timeout`` tells its own cancellation apart).
             if (
-                level is not None
-                and task.uncancel() <= level
+                task.uncancel() <= self.level
                 and exc_type is not None
                 and issubclass(exc_type, asyncio.CancelledError)
             ):
@@ -188,8 +193,8 @@ class CancelSignal:
         self.cancelled: InterruptInfo | None = None
         # The tasks awaiting at a cut point now (how many cut points each: they may nest).
         self._waiting: dict[asyncio.Task[object], int] = {}
-        # The tasks a cut was sent to, with how many cancellations they had before it.
-        self._sent: dict[asyncio.Task[object], int] = {}
+        # The tasks a cut was sent to (until they leave their cut point).
+        self._sent: set[asyncio.Task[object]] = set()
         # The run's event loop, found by the first cut point.
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -213,7 +218,7 @@ class CancelSignal:
         for task in list(self._waiting):
             # A call that cancels its own run (a tool calling ``cancel``) is not cut here.
             if task is not current and task not in self._sent:
-                self._sent[task] = task.cancelling()
+                self._sent.add(task)
                 task.cancel()
 
     def awaited_by_current_task(self) -> bool:
