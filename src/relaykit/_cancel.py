@@ -241,9 +241,11 @@ class CancelSignal:
         return self.immediate or self.mode is CancelMode.AFTER_MODEL
 
     def ended_with(self, info: InterruptInfo) -> None:
-        """The Runner saved ``info``, the run's last interrupt."""
+        """The Runner saved ``info``, the run's last interrupt (a cancel's when its data is
+        ``Cancelled``: an interrupt of the run's own that reached the Runner before the cancel
+        was asked for stays the run's own, and the cancel finds the run ended)."""
         self.final = info
-        if self.mode is not None:
+        if self.mode is not None and isinstance(info.data, Cancelled):
             self.cancelled = info
 
     def cut_point(self) -> CutPoint:

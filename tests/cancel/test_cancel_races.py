@@ -44,3 +44,32 @@ async def test_a_task_cancelled_from_outside_in_the_same_tick_as_a_cancel_stays_
     # The run was cancelled from outside first: it did not pause, nothing was saved.
     assert outcome.already_ended and outcome.checkpoint_id is None
     assert not any(ev.action is not None and ev.action.interrupted for ev in events)
+
+
+async def test_a_cancel_while_the_runs_own_interrupt_is_saved_says_the_run_had_ended() -> None:
+    class SlowStore(rk.InMemoryCheckpointStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = Gate()
+
+        async def set(self, checkpoint_id: str, data: bytes) -> None:
+            await self.gate.wait()
+            await super().set(checkpoint_id, data)
+
+    class Approval(rk.BaseAgent):
+        async def run(self, ctx: rk.RunContext, input: rk.AgentInput, **options: Any) -> Any:
+            yield rk.interrupt(ctx, "approve?")
+
+    store = SlowStore()
+    handle = rk.Runner(Approval("approver"), checkpoint_store=store).query("pay")
+    first = asyncio.ensure_future(anext(handle))
+    await store.gate.entered.wait()  # the run's own interrupt reached the Runner
+    cancelling = asyncio.ensure_future(handle.cancel())
+    await asyncio.sleep(0)
+    store.gate.opened.set()
+    ev = await first
+    outcome = await cancelling
+
+    info = ev.action.interrupted if ev.action is not None else None
+    assert info is not None and info.data == "approve?"  # the run's own pause, saved as it was
+    assert outcome.already_ended and outcome.interrupt is None and outcome.checkpoint_id is None
