@@ -4,13 +4,20 @@ interrupt being saved, a retry's wait, an agent tool's last model reply."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import relaykit as rk
 from relaykit import AgentEvent, Message
-from tests.cancel.support import Counter, Gate, asks, call
+from relaykit.agents import _retry
+from relaykit.messages import MessageStream
+from relaykit.models.base import ModelRequest
+from tests.cancel.support import Counter, Gate, GatedModel, asks, call
+
+# A bound on waits that only a bug could make endless (never reached when the code is right).
+HANG = 30
 
 
 def _runner(agent: rk.Agent, **options: Any) -> rk.Runner:
@@ -73,3 +80,50 @@ async def test_a_cancel_while_the_runs_own_interrupt_is_saved_says_the_run_had_e
     info = ev.action.interrupted if ev.action is not None else None
     assert info is not None and info.data == "approve?"  # the run's own pause, saved as it was
     assert outcome.already_ended and outcome.interrupt is None and outcome.checkpoint_id is None
+
+
+class _FailingStream(GatedModel):
+    """Streams one chunk, then fails (a retry follows); the next calls answer normally."""
+
+    def stream(self, request: ModelRequest) -> MessageStream:
+        self.calls += 1
+        if self.calls == 1:
+            return MessageStream(self._broken())
+        return super().stream(request)
+
+    async def _broken(self) -> AsyncIterator[Message]:
+        yield Message.assistant("par")
+        raise ConnectionError("reset")
+
+
+async def test_an_immediate_cancel_cuts_a_streamed_retrys_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    waiting = Gate()
+    cut: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        try:
+            await waiting.wait()  # a long backoff
+        except asyncio.CancelledError:
+            cut.append(delay)
+            raise
+
+    monkeypatch.setattr(_retry, "_sleep", sleep)
+    model = _FailingStream([Message.assistant("whole answer")])
+    retry = rk.ModelRetry(max_retries=3, backoff=lambda attempt: 60.0)
+    runner = _runner(rk.ChatModelAgent("helper", model=model, retry=retry), streaming=True)
+    handle = runner.query("go")
+    running = asyncio.ensure_future(handle.result())
+    await waiting.entered.wait()  # the first stream failed: the retry waits
+
+    outcome = await asyncio.wait_for(handle.cancel(), HANG)
+    result = await running
+
+    assert cut == [60.0] and model.calls == 1  # the wait was cut, no second attempt
+    assert result.interrupt is not None and result.interrupt == outcome.interrupt
+    streams = [ev for ev in result.events if ev.output is not None and ev.output.stream]
+    assert len(streams) == 1  # only the failed attempt's stream was delivered
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert done.output is not None and done.output.content == "whole answer"

@@ -127,9 +127,10 @@ async def stream_with_retry(
 ) -> AsyncIterator[AgentEvent]:
     """Yield one streamed event per attempt; append the accepted reply (with unique tool-call
     ids, D24) to ``out``. An immediate cancel of the run (``cancel``) cuts the attempt's stream
-    (``StreamCancelledError``, not retried).
+    (``StreamCancelledError``, not retried) or the wait before the next attempt (``CallCut``).
 
     Raises:
+        CallCut: an immediate cancel cut the wait between two attempts.
         ModelError: the retries are spent (the last stream ended with the failure itself).
         Exception: a failure ``should_retry`` refused (the stream ended with it too).
     """
@@ -140,7 +141,13 @@ async def stream_with_retry(
             yield AgentEvent("", (), AgentOutput(None, stream, "assistant"))
             reply = await stream.collect()
         except WillRetryError:
-            await _wait(retry, attempt.number)
+            if cancel is None:
+                await _wait(retry, attempt.number)
+            else:
+                # An immediate cancel cuts the wait (CallCut), or comes before the next
+                # attempt starts: no new stream is delivered only to be cut.
+                with cancel.cut_point():
+                    await _wait(retry, attempt.number)
             attempt = _Attempt(attempt.number + 1)
             continue
         except Exception as exc:
