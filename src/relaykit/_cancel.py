@@ -56,7 +56,8 @@ class CancelMode(enum.Enum):
     #: with ``StreamCancelledError``); the resume makes them again.
     IMMEDIATE = "immediate"
     #: When the model call in progress (or the next one) has completed: its reply is kept, the
-    #: tools it asked for have not run; the resume runs them.
+    #: tools it asked for have not run; the resume runs them. No agent starts a model call
+    #: after that reply (one running tools stops before its next call).
     AFTER_MODEL = "after_model"
     #: When the tool batch in progress (or the next one) has finished: its results are kept,
     #: the next model call is the resume's.
@@ -178,6 +179,7 @@ class CancelSignal:
         "final",
         "immediate",
         "mode",
+        "replied",
     )
 
     def __init__(self) -> None:
@@ -187,6 +189,9 @@ class CancelSignal:
         self.immediate = False
         #: The cancel's timeout passed before a safe point: it became immediate.
         self.escalated = False
+        #: A model reply arrived after the cancel was asked for (set by the agents): with
+        #: ``AFTER_MODEL`` that was the safe point, and no agent starts another model call.
+        self.replied = False
         #: The interrupt the run ended with (set by the Runner when it saves one), else None.
         self.final: InterruptInfo | None = None
         #: ``final`` when a cancel caused it (its data is ``Cancelled``), else None.
@@ -233,8 +238,10 @@ class CancelSignal:
         return Cancelled(self.mode, self.escalated)
 
     def stops_before_model(self) -> bool:
-        """True when an agent must not make its next model call."""
-        return self.immediate or self.mode is CancelMode.AFTER_TOOLS
+        """True when an agent must not make its next model call: an immediate or
+        ``AFTER_TOOLS`` cancel, or an ``AFTER_MODEL`` one once a model reply has arrived (an
+        agent that was running tools then stops before its model call, not after it)."""
+        return self.immediate or self.mode is CancelMode.AFTER_TOOLS or self.replied
 
     def stops_after_model(self) -> bool:
         """True when an agent must not run the tools its model just asked for."""

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import relaykit as rk
-from relaykit import AgentEvent, Message
+from relaykit import AgentEvent, Cancelled, CancelMode, Message
 from relaykit.agents import _retry
 from relaykit.messages import MessageStream
 from relaykit.models.base import ModelRequest
-from tests.cancel.support import Counter, Gate, GatedModel, asks, call
+from tests.cancel.support import Counter, Gate, GatedModel, asks, call, point_addresses, texts
 
 # A bound on waits that only a bug could make endless (never reached when the code is right).
 HANG = 30
@@ -127,3 +127,86 @@ async def test_an_immediate_cancel_cuts_a_streamed_retrys_wait(
     assert outcome.checkpoint_id is not None
     done = await runner.invoke_resume(outcome.checkpoint_id)
     assert done.output is not None and done.output.content == "whole answer"
+
+
+async def test_an_after_model_cancel_stops_the_caller_of_an_agent_tool_after_its_reply() -> None:
+    # The cancel comes while the agent inside the tool makes its last model call: that reply
+    # is the safe point; the calling agent must not make a model call of its own afterwards.
+    inner_model = GatedModel([Message.assistant("inner answer")], gated=[1])
+    inner = rk.ChatModelAgent("researcher", "finds", model=inner_model)
+    outer_model = rk.ScriptedModel(
+        [
+            asks(rk.ToolCall("o1", "researcher", '{"request": "find k"}')),
+            Message.assistant("outer answer"),
+        ]
+    )
+    runner = _runner(rk.ChatModelAgent("lead", model=outer_model, tools=[rk.AgentTool(inner)]))
+    handle = runner.query("go")
+    running = asyncio.ensure_future(handle.result())
+    await inner_model.gate.entered.wait()
+
+    cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_MODEL))
+    await asyncio.sleep(0)
+    inner_model.gate.opened.set()
+    outcome = await cancelling
+    result = await running
+
+    assert not outcome.already_ended and outcome.checkpoint_id is not None
+    assert len(outer_model.requests) == 1  # no model call after the safe point
+    assert result.interrupt is not None
+    assert result.interrupt.data == Cancelled(CancelMode.AFTER_MODEL)
+    assert point_addresses(result.interrupt) == [["agent:lead"]]
+    assert texts(result.events) == [("lead", "assistant", ""), ("lead", "tool", "inner answer")]
+
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [("lead", "assistant", "outer answer")]
+    assert len(outer_model.requests) == 2 and inner_model.calls == 1
+
+
+async def test_an_after_model_cancel_stops_a_parallel_branch_before_its_next_model_call() -> None:
+    # One branch is in a model call, the other runs a tool: once the reply has arrived, the
+    # other branch does not start another model call.
+    tool = Counter("lookup", Gate())
+    talker = GatedModel([Message.assistant("talked")], gated=[1])
+    worker = rk.ScriptedModel([asks(call("w1", "lookup", "k")), Message.assistant("worked")])
+    fan = rk.ParallelAgent(
+        "fan",
+        [
+            rk.ChatModelAgent("talker", model=talker),
+            rk.ChatModelAgent("worker", model=worker, tools=[tool.tool]),
+        ],
+    )
+    runner = _runner(fan)
+    handle = runner.query("go")
+    events: list[AgentEvent] = []
+    assert tool.gate is not None
+    gate = tool.gate
+
+    async def consume() -> None:
+        async for ev in handle:
+            events.append(ev)
+            if ev.agent_name == "talker":  # the reply arrived: now the tool may finish
+                gate.opened.set()
+
+    consuming = asyncio.ensure_future(consume())
+    await talker.gate.entered.wait()
+    await gate.entered.wait()
+    cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_MODEL))
+    await asyncio.sleep(0)
+    talker.gate.opened.set()
+    outcome = await cancelling
+    await consuming
+
+    assert len(worker.requests) == 1 and tool.finished == ["k"]
+    assert texts(events) == [
+        ("worker", "assistant", ""),
+        ("talker", "assistant", "talked"),
+        ("worker", "tool", "lookup did k"),
+    ]
+    last = events[-1].action
+    assert last is not None and last.interrupted is not None
+    assert point_addresses(last.interrupted) == [["agent:fan", "agent:worker"]]
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [("worker", "assistant", "worked")]
+    assert tool.started == ["k"] and talker.calls == 1

@@ -344,6 +344,8 @@ class ChatModelAgent:
                     # D24: the reply recorded (history, next model call) and executed has unique
                     # tool-call ids; a streamed reply's chunks stay the provider's.
                     if reply is not None:  # settled by the model hooks (not streamed)
+                        if cancel is not None and cancel.mode is not None:
+                            cancel.replied = True  # before the event: the safe point is here
                         yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
                     elif streaming and retry is not None:
                         accepted: list[Message] = []
@@ -370,6 +372,8 @@ class ChatModelAgent:
                                 reply = await model.generate(request)
                         if reply.tool_calls:
                             reply = with_unique_call_ids(reply)
+                        if cancel is not None and cancel.mode is not None:
+                            cancel.replied = True
                         yield AgentEvent("", (), AgentOutput(reply, None, "assistant"))
                 except (CallCut, StreamCancelledError):
                     if cancel is None or not cancel.immediate:
@@ -377,6 +381,10 @@ class ChatModelAgent:
                     # D26: the call was cut; the resume makes it again (not counted twice).
                     yield self._paused_before_model(ctx, messages, remaining + 1, cancel)
                     return
+                if cancel is not None and cancel.mode is not None:
+                    # D26: a reply arrived after the cancel; with AFTER_MODEL no agent of the
+                    # run starts another model call (a caller of an agent tool, a branch).
+                    cancel.replied = True
                 messages.append(reply)
                 if not reply.tool_calls:
                     self._save_output(ctx, reply.content)
