@@ -15,7 +15,9 @@ for the running response to end instead of failing with
 their response (parallel calls get one response, after the last output). A long-running call
 left unanswered holds back neither user input nor the calls of later responses.
 Each ``response.done`` ends a turn (``turn_complete``), also one that ended with function
-calls. The server's ``error`` events end ``receive()`` with a ``ModelError``.
+calls. The server's ``error`` events end ``receive()`` with a ``ModelError``, except the one
+refusing a response request because a response already runs (the server's voice detection
+started one first): the request is made again when that response is done.
 """
 
 from __future__ import annotations
@@ -395,6 +397,11 @@ class OpenAIRealtimeConnection:
             return self._response_done(event)
         if isinstance(event, RealtimeErrorEvent):
             error = event.error
+            if error.code == "conversation_already_has_active_response":
+                # The server started a response (its voice detection) just before our request
+                # reached it: ask again once that one is done.
+                self._response_active = self._want_response = True
+                return []
             code = f"/{error.code}" if error.code else ""
             raise ModelError(
                 f"openai realtime model {self._model!r}: the server sent an error "

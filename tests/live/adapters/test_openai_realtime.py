@@ -975,3 +975,41 @@ async def test_unknown_events_are_skipped(openai_server: LiveServer, make_model:
     assert await take(conn, 2) == [complete("Still here."), TURN_COMPLETE]
     await conn.close()
     await openai_server.finished()
+
+
+async def test_a_response_request_refused_for_a_running_response_is_made_again_after_it(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    # The server's voice detection started a response just before the client asked for one:
+    # the server refuses the request with an error event, which is not fatal; the text gets
+    # its response once the running one is done.
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.recv()  # the user's item
+        await peer.recv()  # response.create
+        busy = {
+            "type": "invalid_request_error",
+            "code": "conversation_already_has_active_response",
+            "message": "Conversation already has an active response in progress: resp_vad.",
+        }
+        await peer.send(event("error", error=busy))
+        await peer.send(created("resp_vad"))
+        await peer.send(text_done("resp_vad", "Yes?"))
+        await peer.send(done("resp_vad"))
+        assert await peer.recv() == RESPONSE_CREATE  # asked again
+        await peer.send(created("resp_2"))
+        await peer.send(text_done("resp_2", "It ships today."))
+        await peer.send(done("resp_2"))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("When does it ship?"))
+    assert await take(conn, 4) == [
+        complete("Yes?"),
+        TURN_COMPLETE,
+        complete("It ships today."),
+        TURN_COMPLETE,
+    ]
+    await conn.close()
+    await openai_server.finished()
