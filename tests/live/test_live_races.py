@@ -476,3 +476,26 @@ async def test_cancelling_the_opening_releases_the_session(
     again = await live(runner(rk.ChatModelAgent("desk", live_model=PushedModel()), session_service))
     await again.close()  # the lock was released
     assert await stored(session_service) == []
+
+
+def test_a_full_buffer_nobody_reads_ends_at_close_with_no_task_left() -> None:
+    recorder = Recorder()
+    model = PushedModel()
+    left: list[asyncio.Task[Any]] = []
+
+    async def main() -> None:
+        r = runner(
+            rk.ChatModelAgent("desk", live_model=model),
+            rk.InMemorySessionService(),
+            plugins=[recorder],
+        )
+        session = await live(r, rk.LiveRunConfig(max_buffered_events=2))
+        model.connections[0].push(*(Message.assistant(f"line {i}") for i in range(10)))
+        await settle()  # the reader stops at two events: nobody reads them
+        await session.close()
+        left.extend(t for t in asyncio.all_tasks() if t is not asyncio.current_task())
+
+    asyncio.run(main())
+    assert left == []
+    assert recorder.calls == ["before_run", "after_run"]
+    assert model.connections[0].closed
