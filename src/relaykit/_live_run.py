@@ -22,12 +22,10 @@ import asyncio
 import contextlib
 import logging
 import time
-import uuid
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from relaykit._aio import closing
-from relaykit._invocation import Invocation
 from relaykit._live_events import (
     LIVE_ENDED_TEXT,
     AgentFailed,
@@ -44,35 +42,30 @@ from relaykit._live_events import (
     is_stored,
     live_agent,
     live_event,
-    open_calls,
     send_to,
 )
-from relaykit._session_history import last_speaker, pending_tool_calls, records_of
+from relaykit._live_open import connect_agent, open_run
+from relaykit._session_history import pending_tool_calls, records_of
 from relaykit._session_invocation import Run
-from relaykit._session_state import _decode_pause, _StoreFailed, _Turn
+from relaykit._session_state import _StoreFailed
 from relaykit.agents._tool_calls import PendingToolCall, ToolCallResult, with_unique_call_ids
-from relaykit.agents.chat import ChatModelAgent
-from relaykit.context import PriorTurns, RunContext, RunHistory, RunOptions
+from relaykit.context import PriorTurns, RunHistory, RunOptions
 from relaykit.errors import (
     ConfigurationError,
     LiveSessionClosedError,
     MaxTransfersError,
     ModelError,
-    PluginError,
     ResumeTargetError,
     RunnerError,
 )
 from relaykit.events import AgentAction, AgentEvent, AgentOutput, RunStep
-from relaykit.flow import FlowAgent
 from relaykit.messages import Blob, Message, ToolCall
-from relaykit.models.live import LiveConfig, LiveResponse, LiveRunConfig
-from relaykit.plugins import InvocationContext
-from relaykit.resume import AddressSegment, InterruptInfo, ResumeInfo
+from relaykit.models.live import LiveResponse, LiveRunConfig
+from relaykit.resume import InterruptInfo, ResumeInfo
 from relaykit.sessions.base import SessionEvent
 
 if TYPE_CHECKING:
     from relaykit._session_run import SessionRunner
-    from relaykit._session_state import SessionPause
     from relaykit.sessions._records import SessionRef
 
 __all__ = ["LiveRun"]
@@ -110,135 +103,21 @@ class LiveRun:
         # A tool call or a transfer's connect running now (in a task of its own, so that
         # close() can cancel it).
         self.work: asyncio.Future[Any] | None = None
-        self._lock = contextlib.AsyncExitStack()
-        self._before_run_ran = False
+        # The session's turn lock, held until the end.
+        self.lock = contextlib.AsyncExitStack()
+        self.before_run_ran = False
         self._audio_turns = 0
         self._on_event_hooks = owner.plugins.has("on_event")
         self._audio_kept = config.save_live_audio and owner.artifact_service is not None
 
     # -- opening ----------------------------------------------------------------------------
     async def open(self) -> None:
-        """Open the live session (D27); raises what failed, with nothing stored but a created
-        session, ``after_run`` run if ``before_run`` did, and the lock released."""
-        owner, ref = self.owner, self.ref
-        connected: AgentStream | None = None
-        try:
-            await self._lock.enter_async_context(
-                owner.service.lock(
-                    ref.app_name, ref.user_id, ref.session_id, timeout=owner.lock_timeout
-                )
-            )
-            view, cached = await owner._read(ref)
-            name = last_speaker(cached.events, owner.routes)
-            route = owner.routes.get(name) if name is not None else None
-            chain = route.chain if route is not None else (owner.root,)
-            flow = chain[-1]
-            agent = live_agent(flow)
-            pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
-            answers = open_calls(cached.events, pause)
-            invocation_id = uuid.uuid4().hex
-            context = InvocationContext(
-                ref.app_name, ref.user_id, ref.session_id, invocation_id, view.session
-            )
-            invocation = Invocation(
-                context, owner.plugins, owner.artifact_service, owner.memory_service, view.session
-            )
-            run = Run(owner, _Turn(ref, [], False, {}, {}, False, {}), view.session, invocation)
-            run.cached = cached
-            self.run = run
-            self.options.writes = run.writes
-            self.options.invocation = invocation
-            self._before_run_ran = True
-            try:
-                early = await run._before_run()
-            except PluginError as exc:
-                root = owner.root
-                await self._end_early(
-                    pause, answers, AgentEvent(root.name, (RunStep(root.name),), error=exc)
-                )
-                return
-            if early is not None:
-                root = owner.root
-                ev = AgentEvent(root.name, (RunStep(root.name),), AgentOutput(early))
-                await self._end_early(pause, answers, ev)
-                return
-            above = chain[:-1]
-            ctx = RunContext(
-                run_path=tuple(RunStep(fa.name) for fa in above),
-                address=tuple(AddressSegment("agent", fa.name) for fa in above),
-                history=RunHistory(
-                    run.values, prior=PriorTurns([*cached.prior.records, *records_of(answers)])
-                ),
-                options=self.options,
-            )
-            try:
-                connected = await self._connect(flow, agent, flow._enter(ctx))
-            except ConfigurationError:
-                raise
-            except Exception as exc:
-                raise ModelError(
-                    f"the live model of agent {flow.name!r} failed to connect: {describe(exc)}",
-                    provider="live",
-                ) from exc
-            try:
-                await self._drop_pause(pause, answers)
-            except _StoreFailed as failed:
-                cause = failed.args[0]
-                raise RunnerError(
-                    f"failed to store the answers to the calls left pending in {ref}; the live "
-                    f"session did not open: {describe(cause)}"
-                ) from cause
-            self.stream = connected
-        except BaseException:
-            self.ended = True
-            if connected is not None:
-                await close_quietly(connected)
-            await self._release()
-            raise
-        self.pump_task = asyncio.ensure_future(self._pump())
-
-    async def _connect(
-        self, flow: FlowAgent, agent: ChatModelAgent, ctx: RunContext
-    ) -> AgentStream:
-        """Connect ``agent``'s live model with its system message and its history."""
-        prepared = agent._prepare(ctx)
-        system = agent._system_message(ctx, prepared)
-        history = (await flow.build_input(ctx)).messages
-        messages = [system, *history] if system is not None else list(history)
-        config = LiveConfig(messages, list(prepared.specs), self.config.modalities)
-        live_model = agent.live_model
-        assert live_model is not None
-        connection = await live_model.connect(config)
-        return AgentStream(flow, agent, ctx, prepared, connection, messages)
-
-    async def _drop_pause(self, pause: SessionPause | None, answers: list[SessionEvent]) -> None:
-        """Store the answers to what earlier invocations left pending; delete the pause."""
-        run = self.run
-        assert run is not None
-        await run._answer(answers)
-        if pause is not None:
-            ref = self.ref
-            try:
-                await self.owner.service.set_checkpoint(
-                    ref.app_name, ref.user_id, ref.session_id, None
-                )
-            except Exception as exc:
-                raise _StoreFailed(exc) from exc
-
-    async def _end_early(
-        self, pause: SessionPause | None, answers: list[SessionEvent], ev: AgentEvent
-    ) -> None:
-        """``before_run`` answered or raised: that event is stored and delivered, nothing
-        connects (D19, D25); the session has ended."""
-        run = self.run
-        assert run is not None
-        try:
-            await self._drop_pause(pause, answers)
-            self.buffer.put(await run._deliverable(ev))
-        except _StoreFailed as failed:
-            self.buffer.put(run.failure_event(failed))
-        self.ended = True
-        await self._release()
+        """Open the live session (D27, ``_live_open``); raises what failed, with nothing
+        stored but a created session, ``after_run`` run if ``before_run`` did, and the lock
+        released. Then the connection is read in the background."""
+        await open_run(self)
+        if not self.ended:  # (``before_run`` may have answered: no connection then)
+            self.pump_task = asyncio.ensure_future(self._pump())
 
     # -- reading the connection -------------------------------------------------------------
     async def _pump(self) -> None:
@@ -547,7 +426,9 @@ class LiveRun:
                 prior = PriorTurns([*run.cached.prior.records, *records_of(run.stored)])
                 ctx = target._enter(stream.ctx.derive(history=RunHistory(run.values, prior=prior)))
                 try:
-                    self.stream = await self._cancellable(self._connect(target, agent, ctx))
+                    self.stream = await self._cancellable(
+                        connect_agent(target, agent, ctx, self.config.modalities)
+                    )
                 except ClosedMeanwhile:
                     return  # close() came first: the target is not connected
                 except ConfigurationError:
@@ -618,13 +499,13 @@ class LiveRun:
             if self.stream is not None:
                 await close_quietly(self.stream)
             run = self.run
-            if run is not None and self._before_run_ran:
+            if run is not None and self.before_run_ran:
                 await run.after_run()
         finally:
             try:
                 if self.run is not None:
                     self.owner._remember(self.ref, self.run)
-                await self._lock.aclose()
+                await self.lock.aclose()
             except Exception as exc:
                 logger.warning("releasing the live session of %s failed: %s", self.ref, exc)
             finally:
