@@ -103,3 +103,30 @@ async def test_tokens_are_shown_as_they_stream() -> None:
     gate.set()
     await turn
     assert out.getvalue() == "greeter: Hello world\n"
+
+
+class _Breaks:
+    """A model whose reply streams "Hel", then fails."""
+
+    async def generate(self, request: ModelRequest) -> Message:
+        raise AssertionError("the chat streams")
+
+    def stream(self, request: ModelRequest) -> MessageStream:
+        return MessageStream(self._chunks())
+
+    async def _chunks(self) -> AsyncIterator[Message]:
+        yield Message.assistant("Hel")
+        raise ValueError("the model broke off")
+
+
+async def test_a_reply_that_fails_while_it_streams_shows_its_error_once() -> None:
+    runner = rk.Runner(rk.ChatModelAgent("greeter", model=_Breaks()), streaming=True)
+    out = io.StringIO()
+    printer = EventPrinter(Console(file=out, width=120))
+    async for event in runner.query("hi"):
+        await printer.show(event)
+    shown = out.getvalue()
+    # The streamed text, then the error: once, though both the stream and the error event
+    # that follows it carry it.
+    assert shown.startswith("greeter: Hel\n"), shown
+    assert shown.count("the model broke off") == 1, shown

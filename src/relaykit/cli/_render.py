@@ -184,6 +184,9 @@ class EventPrinter:
     def __init__(self, console: Console) -> None:
         self.console = console
         self.working = Working(console)
+        #: The error a streamed reply just failed with (already printed): the error event
+        #: that follows it carries the same error and is not printed again.
+        self._stream_error: tuple[str, BaseException] | None = None
 
     def line(self, markup: str, internal: bool = False) -> None:
         """One line (indented for an agent tool's inner event)."""
@@ -192,7 +195,11 @@ class EventPrinter:
     async def show(self, event: AgentEvent) -> list[InterruptContext]:
         """Print ``event``; return the points it waits on (an interrupt event), else []."""
         internal = event.internal
+        streamed, self._stream_error = self._stream_error, None
         if event.error is not None:
+            if streamed is not None and _same_error(streamed, event.agent_name, event.error):
+                self.working.show("working…")
+                return []
             self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(event.error)))}[/]")
             self.working.show("working…")
             return []
@@ -246,10 +253,19 @@ class EventPrinter:
             if started:
                 self.console.print()
             self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(exc)))}[/]")
+            self._stream_error = (event.agent_name, exc)
             return None
         if started:
             self.console.print()
         return await event.output.stream.collect()
+
+
+def _same_error(shown: tuple[str, BaseException], agent: str, error: BaseException) -> bool:
+    """Whether an error event's error is the one a streamed reply of ``agent`` failed with."""
+    who, exc = shown
+    if error is exc:
+        return True
+    return who == agent and type(error) is type(exc) and str(error) == str(exc)
 
 
 def answer_value(text: str) -> Any:
