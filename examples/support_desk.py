@@ -91,9 +91,20 @@ def _order_id(request: ModelRequest) -> str:
         texts = [message.content, *(call.arguments for call in message.tool_calls)]
         for text in texts:
             found = re.findall(r"order\D{0,8}?(\d{3,})", text, re.I)
+            if not found and _is_user_text(message):  # a bare number: "1234"
+                found = re.findall(r"\b(\d{3,})\b", text)
             if found:
                 return str(found[-1])
     return "0"
+
+
+def _failure(message: Message) -> str | None:
+    """What went wrong, when a tool's result is its error rather than its JSON result."""
+    try:
+        json.loads(message.content)
+    except ValueError:
+        return message.content.removeprefix("error: ")
+    return None
 
 
 def _own_call(request: ModelRequest, name: str) -> dict[str, object] | None:
@@ -117,6 +128,9 @@ def triage_script(request: ModelRequest, n: int) -> Message:
 
 def orders_script(request: ModelRequest, n: int) -> Message:
     last = request.messages[-1]
+    looked_up = last.role == "tool" and last.tool_name in ("lookup_order", "track_parcel")
+    if looked_up and (failure := _failure(last)) is not None:
+        return Message.assistant(f"I could not find order {_order_id(request)}: {failure}.")
     if last.role == "tool" and last.tool_name == "lookup_order":
         order = json.loads(last.content)
         return Message.assistant(
@@ -137,8 +151,11 @@ def orders_script(request: ModelRequest, n: int) -> Message:
             n,
             "Refunds are not my desk: passing you back to the front desk.",
         )
+    order_id = _order_id(request)
+    if order_id == "0":
+        return Message.assistant("Which order is it? Please give me its number.")
     tool = "track_parcel" if "track" in text else "lookup_order"
-    return _call(tool, {"order_id": _order_id(request)}, n)
+    return _call(tool, {"order_id": order_id}, n)
 
 
 def _decision(text: str) -> tuple[bool, str]:
@@ -167,6 +184,9 @@ def refunds_script(request: ModelRequest, n: int) -> Message:
             f"€{asked.get('amount', 0):.2f} for order {asked.get('order_id')}."
         )
     if last.role == "tool" and last.tool_name == "lookup_order":
+        failure = _failure(last)
+        if failure is not None:
+            return Message.assistant(f"I could not find order {_order_id(request)}: {failure}.")
         order = json.loads(last.content)
         return _call(
             "request_refund",
@@ -174,7 +194,10 @@ def refunds_script(request: ModelRequest, n: int) -> Message:
             n,
         )
     if "refund" in _user_text(request).lower():
-        return _call("lookup_order", {"order_id": _order_id(request)}, n)
+        order_id = _order_id(request)
+        if order_id == "0":
+            return Message.assistant("Which order should I refund? Please give me its number.")
+        return _call("lookup_order", {"order_id": order_id}, n)
     asked = _own_call(request, "request_refund") or {}
     return Message.assistant(
         f"The €{asked.get('amount', 0):.2f} for order {asked.get('order_id')} goes back to "

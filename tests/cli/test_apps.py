@@ -325,3 +325,19 @@ def test_model_for_a_make_runner_without_a_model_argument_is_a_usage_error(
     code, _, err = invoke("run", str(app_file), "--db", db, "--model", "openai:gpt-4o")
     assert code == 2
     assert "make_runner of fixed takes no model argument" in err
+
+
+def test_the_support_desk_asks_for_the_order_number_and_answers_an_unknown_order(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A first message without an order number, then an order that does not exist: the
+    # desk answers both (its scripted models used to fail parsing the tool's error).
+    monkeypatch.chdir(ROOT)
+    typed = "hello\n1234\nmy order 999 is late\nI want a refund\n"
+    code, out, err = invoke("run", "examples/support_desk", "--db", db, input=typed)
+    assert code == 0, err
+    assert "✗" not in out, out
+    assert "orders: Which order is it? Please give me its number." in out
+    assert "orders: Order 1234 has shipped with DHL; it arrives Thursday." in out
+    assert "orders: I could not find order 999: no order 999." in out
+    assert "refunds: I could not find order 999: no order 999." in out
