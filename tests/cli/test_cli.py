@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -269,6 +270,25 @@ def test_serving_needs_relaykit_server(db: str, monkeypatch: pytest.MonkeyPatch)
     code, _, err = invoke("api", APP, "--db", db)
     assert code == 1
     assert "relaykit.server" in err
+
+
+@pytest.mark.parametrize("command", ["web", "api"])
+def test_a_port_in_use_is_one_line_and_exit_code_1(command: str, db: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, out, err = invoke(command, APP, "--db", db, "--port", str(port))
+    assert code == 1, (out, err)
+    assert f"relaykit: error: cannot listen on 127.0.0.1:{port}:" in err
+    assert "Traceback" not in err
+    assert "http://" not in out  # no address is announced for a server that did not start
+
+
+def test_a_host_that_does_not_resolve_is_one_line(db: str) -> None:
+    code, _, err = invoke("api", APP, "--db", db, "--host", "no-such-host.invalid", "--port", "0")
+    assert code == 1
+    assert "relaykit: error: cannot listen on no-such-host.invalid:0:" in err
 
 
 # -- loading -------------------------------------------------------------------------------------

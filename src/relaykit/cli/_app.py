@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
+import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any, TypeVar
 
@@ -259,12 +261,38 @@ def _serve(
 
     async def serve(runner: Runner, service: SessionService) -> None:
         config = uvicorn.Config(create_app(runner, ui=ui), host=host, port=port)
-        if ui and port:
+        listener = _listen(host, port)  # a port in use is our one-line error, not uvicorn's
+        try:
             where = f"[{host}]" if ":" in host else host
-            Console(highlight=False).print(f"relaykit web UI: http://{where}:{port}/ui/")
-        await uvicorn.Server(config).serve()
+            url = f"http://{where}:{listener.getsockname()[1]}"  # the real port, also for 0
+            shown = f"relaykit web UI: {url}/ui/" if ui else f"relaykit API: {url}/ ({url}/docs)"
+            Console(highlight=False).print(shown)
+            await uvicorn.Server(config).serve(sockets=[listener])
+        finally:
+            listener.close()
 
     _run(lambda: _with_runner(loaded, db, model, serve))
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` for the server; a CliError when it cannot be
+    (the port is in use, the host does not resolve or is not this machine's)."""
+    try:
+        family, kind, _, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        listener = socket.socket(family, kind)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    try:
+        if os.name == "posix":  # as asyncio does: a restart need not wait for TIME_WAIT
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return listener
 
 
 @app.command()
