@@ -341,3 +341,28 @@ def test_the_support_desk_asks_for_the_order_number_and_answers_an_unknown_order
     assert "orders: Order 1234 has shipped with DHL; it arrives Thursday." in out
     assert "orders: I could not find order 999: no order 999." in out
     assert "refunds: I could not find order 999: no order 999." in out
+
+
+def test_tree_shows_a_tool_description_whose_first_sentence_wraps(tmp_path: Path) -> None:
+    app_file = write(
+        tmp_path / "wrapping.py",
+        '''\
+        import relaykit as rk
+
+        @rk.tool
+        def refund(order_id: str) -> str:
+            """Ask a manager to approve
+            a refund.
+
+            Args:
+                order_id: the order
+            """
+            return "asked"
+
+        root_agent = rk.ChatModelAgent("desk", "Helps.", model=rk.ScriptedModel([]),
+                                       tools=[refund])
+        ''',
+    )
+    code, out, err = invoke("tree", str(app_file))
+    assert code == 0, err
+    assert "└── refund (tool) — Ask a manager to approve a refund." in out.splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -52,7 +53,9 @@ def _fill(node: Tree, agent: Any, seen: set[int]) -> None:
     for tool in tools:
         spec = getattr(tool, "spec", None)
         name = getattr(tool, "name", None) or getattr(spec, "name", "?")
-        description = str(getattr(spec, "description", "") or "").split("\n", 1)[0]
+        # The first paragraph, on one line: a first sentence may wrap in the docstring.
+        paragraph = re.split(r"\n\s*\n", str(getattr(spec, "description", "") or ""), maxsplit=1)
+        description = " ".join(paragraph[0].split())
         inner = getattr(tool, "agent", None)
         kind = "agent tool" if inner is not None else "tool"
         label = f"[yellow]{escape(str(name))}[/] [dim]({kind})[/]"
