@@ -514,3 +514,38 @@ async def test_the_pages_sse_reader_pause_finder_timeline_tree_and_graph_layout(
         ["p", [["x", ["x", "x", "x"]], ["y", ["y"]]]],
         ["l", [["w", ["w"]], ["c", ["c"]], ["w", ["w", "w"]]]],
     ]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_a_delete_the_server_refuses_is_reported_and_the_session_stays_open(
+    live_desk: LiveServer,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async def refuse_deletes(route: Any) -> None:
+        if route.request.method == "DELETE":
+            body = '{"error": {"type": "unavailable", "message": "the store is busy"}}'
+            await route.fulfill(status=503, content_type="application/json", body=body)
+        else:
+            await route.continue_()
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page()
+            await page.goto(live_desk.url + "/ui/")
+            await expect(page.locator("#status")).to_have_text("connected")
+            await page.click("#new-session")
+            title = page.locator("#session-title")
+            await expect(title).to_contain_text("user dev")
+            opened = await title.text_content()
+            await page.route("**/sessions/*", refuse_deletes)
+            delete = page.locator(".session.open .delete")
+            await delete.click()
+            await delete.click()  # the second click confirms
+            await expect(page.locator(".toast.error")).to_contain_text("the store is busy")
+            # The session was not deleted: it stays open and listed.
+            await expect(title).to_have_text(opened or "")
+            await expect(page.locator(".session.open")).to_have_count(1)
+        finally:
+            await browser.close()

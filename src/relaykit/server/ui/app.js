@@ -194,7 +194,8 @@ async function deleteSession(id) {
   try {
     await api.deleteSession(id);
   } catch (error) {
-    report(error);
+    report(error); // not deleted: the session stays open and listed
+    if (!(error instanceof ApiError && error.status === 404)) return;
   }
   if (state.session && state.session.id === id) {
     state.session = null;
