@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -42,6 +43,12 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("relaykit")
+
+#: Seconds after a cut after which a call that has not stopped is reported (logged): it caught
+#: the cancellation and carried on, and the run -- and ``cancel`` -- wait until it returns.
+STUCK_AFTER = 5.0
 
 
 @register_type("relaykit.CancelMode")
@@ -212,19 +219,38 @@ class CancelSignal:
             self._cut()
 
     def escalate(self) -> None:
-        """The cancel's timeout passed: stop now."""
-        if not self.immediate:
+        """The cancel's timeout passed: stop now (unless the run has already stopped at its
+        safe point and only its last steps, after the pause was saved, are still running)."""
+        if not self.immediate and self.final is None:
             self.escalated = True
             self._cut()
 
     def _cut(self) -> None:
         self.immediate = True
         current = asyncio.current_task()
+        cut: list[asyncio.Task[object]] = []
         for task in list(self._waiting):
             # A call that cancels its own run (a tool calling ``cancel``) is not cut here.
             if task is not current and task not in self._sent:
                 self._sent.add(task)
                 task.cancel()
+                cut.append(task)
+        if cut:
+            asyncio.get_running_loop().call_later(STUCK_AFTER, self._report_stuck, cut)
+
+    def _report_stuck(self, cut: list[asyncio.Task[object]]) -> None:
+        """Log the calls a cut did not stop: they caught the cancellation and carried on (an
+        ``except BaseException`` around an await, say), and nothing can stop them but their
+        own return -- the run, and ``cancel``, wait for it."""
+        stuck = sum(1 for task in cut if task in self._sent and not task.done())
+        if stuck:
+            logger.warning(
+                "%d model or tool call(s) cut by an immediate cancel %.0f s ago have not stopped: "
+                "they caught the cancellation (CancelledError) and went on; the run pauses only "
+                "once they return",
+                stuck,
+                STUCK_AFTER,
+            )
 
     def awaited_by_current_task(self) -> bool:
         """True when the current task is inside a call of the run (a tool calling ``cancel``

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import relaykit as rk
-from relaykit import AgentEvent, Cancelled, CancelMode, Message
+from relaykit import AgentEvent, Cancelled, CancelMode, Message, _cancel
 from relaykit.agents import _retry
 from relaykit.messages import MessageStream
 from relaykit.models.base import ModelRequest
@@ -210,3 +210,92 @@ async def test_an_after_model_cancel_stops_a_parallel_branch_before_its_next_mod
     done = await runner.invoke_resume(outcome.checkpoint_id)
     assert texts(done.events) == [("worker", "assistant", "worked")]
     assert tool.started == ["k"] and talker.calls == 1
+
+
+async def test_a_call_that_swallows_the_cut_is_reported_and_waited_for(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Nothing can stop a call that catches the cancellation and goes on: the run pauses once
+    # it returns, and a warning says what the cancel is waiting for.
+    monkeypatch.setattr(_cancel, "STUCK_AFTER", 0.0)
+    started, release = Gate(), asyncio.Event()
+    swallowed: list[str] = []
+
+    async def stubborn(item: str) -> str:
+        started.entered.set()
+        while True:
+            try:
+                await release.wait()
+                return f"did {item} anyway"
+            except asyncio.CancelledError:
+                swallowed.append(item)  # and carries on
+
+    stubborn.__doc__ = "Never stops."
+    model = rk.ScriptedModel([asks(call("c1", "stubborn", "y")), Message.assistant("ok")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[rk.FunctionTool(stubborn)]))
+    handle = runner.query("go")
+    await anext(handle)  # the reply asking for the call
+    consuming = asyncio.ensure_future(anext(handle))
+    await started.entered.wait()
+    cancelling = asyncio.ensure_future(handle.cancel())
+
+    async def reported() -> None:
+        while not any("have not stopped" in r.getMessage() for r in caplog.records):
+            await asyncio.sleep(0)
+
+    try:
+        await asyncio.wait_for(reported(), HANG)
+        assert swallowed == ["y"] and not cancelling.done()  # the cancel waits for the call
+    finally:
+        release.set()  # (also when the test fails: the loop could not end otherwise)
+    outcome = await cancelling
+    ev = await consuming
+
+    assert texts([ev]) == [("helper", "tool", "did y anyway")]  # its result is kept
+    rest = [e async for e in handle]
+    assert [e.action.interrupted for e in rest if e.action is not None] == [outcome.interrupt]
+    assert outcome.interrupt is not None
+    assert point_addresses(outcome.interrupt) == [["agent:helper"]]
+
+
+async def test_a_timeout_passing_after_the_pause_was_saved_does_not_escalate() -> None:
+    # The run reached its safe point in time; only its last steps (after_run here) were
+    # still running when the timeout passed: the cancel did not time out.
+    timers: list[Any] = []
+    loop = asyncio.get_running_loop()
+    real_call_later = loop.call_later
+
+    def call_later(delay: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+        if getattr(callback, "__name__", "") == "escalate":
+            timers.append(callback)
+        return real_call_later(delay, callback, *args)
+
+    gate = Gate()
+
+    class Slow(rk.Plugin):
+        name = "slow"
+
+        async def after_run(self, ctx: rk.InvocationContext) -> None:
+            await gate.wait()
+
+    search = Counter("search")
+    model = rk.ScriptedModel([asks(call("c1", "search", "a")), Message.assistant("x")])
+    runner = _runner(
+        rk.ChatModelAgent("helper", model=model, tools=[search.tool]), plugins=[Slow()]
+    )
+    handle = runner.query("go")
+    await anext(handle)  # the reply asking for the call
+    loop.call_later = call_later  # type: ignore[method-assign]
+    try:
+        cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_TOOLS, timeout=60))
+        await gate.entered.wait()  # paused and saved; after_run runs
+    finally:
+        del loop.call_later  # type: ignore[method-assign]
+    assert len(timers) == 1
+    timers[0]()  # the timeout passes now
+    gate.opened.set()
+    outcome = await cancelling
+
+    assert not outcome.timed_out and outcome.interrupt is not None
+    assert outcome.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS)
+    assert search.finished == ["a"]
