@@ -150,13 +150,15 @@ class RunHandle:
             raise
 
     async def aclose(self) -> None:
-        """Stop the run (as closing its generator did): nothing more runs, a resumed
-        checkpoint stays for another resume."""
+        """Stop the run (as closing its generator did): nothing more runs or is delivered
+        (events a cancel kept are dropped), a resumed checkpoint stays for another resume.
+        While a ``cancel`` takes a step of the run, ``aclose`` waits for that step."""
         if self._lock is None:
             await self._events.aclose()
             return
         async with self._lock:
             self._done = True
+            self._buffer.clear()
             await self._events.aclose()
 
     # -- cancel and result ----------------------------------------------------------------

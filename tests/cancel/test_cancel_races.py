@@ -299,3 +299,13 @@ async def test_a_timeout_passing_after_the_pause_was_saved_does_not_escalate() -
     assert not outcome.timed_out and outcome.interrupt is not None
     assert outcome.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS)
     assert search.finished == ["a"]
+
+
+async def test_events_a_cancel_kept_are_not_delivered_after_aclose() -> None:
+    model = rk.ScriptedModel([Message.assistant("hi")])
+    handle = _runner(rk.ChatModelAgent("helper", model=model)).query("hello")
+    outcome = await handle.cancel()
+    assert outcome.interrupt is not None  # the pause event is kept for the caller...
+
+    await handle.aclose()  # ...who closes the handle instead of reading it
+    assert [ev async for ev in handle] == []
