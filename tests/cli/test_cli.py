@@ -260,6 +260,18 @@ def test_help_everywhere() -> None:
         assert "Usage: relaykit" in out
 
 
+def test_help_texts_flow_as_paragraphs() -> None:
+    # A docstring's line breaks are not kept: on a wide terminal a paragraph is one line.
+    wide = {"COLUMNS": "200", "TERMINAL_WIDTH": "200"}
+    result = CliRunner().invoke(app, ["run", "--help"], env=wide)
+    assert result.exit_code == 0
+    assert (
+        "Each event is shown as it comes: who speaks, transfers, tool calls and results, "
+        "a reply's tokens as they stream, a spinner" in result.stdout
+    )
+    assert "default: .relaykit/sessions.db in the app's" in result.stdout  # not HTML-like
+
+
 def test_a_missing_argument_is_a_usage_error() -> None:
     code, _, _ = invoke("run")
     assert code == 2

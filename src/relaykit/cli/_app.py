@@ -33,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
 )
 sessions_app = typer.Typer(
     help="The stored sessions of an app: list, show, delete.", no_args_is_help=True
@@ -51,7 +52,7 @@ DbOpt = Annotated[
         "--db",
         help="The session database: a SQLite file (sessions.db) or a URL "
         "(sqlite+aiosqlite:///file.db, postgresql+asyncpg://user@host/db); default: "
-        "<app folder>/.relaykit/sessions.db.",
+        ".relaykit/sessions.db in the app's folder.",
         show_default=False,
     ),
 ]
