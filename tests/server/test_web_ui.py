@@ -549,3 +549,45 @@ async def test_a_delete_the_server_refuses_is_reported_and_the_session_stays_ope
             await expect(page.locator(".session.open")).to_have_count(1)
         finally:
             await browser.close()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_a_stream_cut_mid_event_says_the_turn_goes_on_without_a_parse_error(
+    live_desk: LiveServer,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    said = (
+        '{"id": "u1", "invocation_id": "i1", "author": "user", "agent_name": "", '
+        '"run_path": [], "timestamp": 0, "message": {"role": "user", "content": "hello", '
+        '"tool_calls": [], "tool_call_id": null, "tool_name": null}, "action": null, '
+        '"error": null, "state_delta": {}}'
+    )
+    # The connection drops in the middle of the second event (a proxy's timeout, say).
+    cut = f'event: agent_event\ndata: {said}\n\nevent: agent_event\ndata: {{"id": "a1", "auth'
+
+    async def cut_turns(route: Any) -> None:
+        await route.fulfill(status=200, content_type="text/event-stream", body=cut)
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page()
+            problems = _watch(page)
+            await page.goto(live_desk.url + "/ui/")
+            await expect(page.locator("#status")).to_have_text("connected")
+            await page.click("#new-session")
+            await expect(page.locator("#session-title")).to_contain_text("user dev")
+            await page.route("**/sessions/*/turns", cut_turns)
+            await page.fill("#message", "hello")
+            await page.press("#message", "Enter")
+            await expect(page.locator(".msg.user")).to_contain_text("hello")
+            await expect(page.locator("#chat-log .line.error")).to_contain_text(
+                "The connection closed before the turn ended"
+            )
+            await expect(page.locator("#send")).to_be_enabled()
+            # No JSON parse error reached the person (the cut event is dropped, as SSE says).
+            assert await page.locator(".toast").count() == 0
+            assert problems == []
+        finally:
+            await browser.close()

@@ -98,8 +98,8 @@ export async function* readEvents(body) {
         if (parsed) yield parsed;
       }
     }
-    const last = parseBlock(buffer);
-    if (last) yield last;
+    // What is left had no blank line after it: an event cut off when the connection dropped.
+    // Server-sent events drop it (its data may be half a JSON text).
   } finally {
     reader.cancel().catch(() => {}); // a reader that stopped early closes the connection
   }

@@ -216,6 +216,7 @@ async function runTurn(start) {
   setBusy(true);
   drawPause();
   let done = null;
+  let failed = false;
   try {
     for await (const { event, data } of start(id)) {
       if (!state.session || state.session.id !== id) break; // another session was opened
@@ -232,12 +233,19 @@ async function runTurn(start) {
       }
     }
   } catch (error) {
+    failed = true;
     report(error);
   } finally {
     chat.end();
     setBusy(false);
   }
   if (!state.session || state.session.id !== id) return;
+  if (!done && !failed) {
+    chat.notice(
+      "The connection closed before the turn ended. The server finishes the turn and stores it: " +
+        "open the session again to see the rest.",
+    );
+  }
   if (done && done.interrupt) {
     const paused = pendingPause(state.events);
     state.pending = { author: paused ? paused.author : "an agent", contexts: done.interrupt.contexts };
