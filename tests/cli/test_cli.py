@@ -362,3 +362,19 @@ def test_make_runner_must_keep_sessions_in_the_given_service(tmp_path: Path, db:
     assert code == 1
     assert "does not keep its sessions in the session_service it was given" in err
     assert "Traceback" not in out + err
+
+
+def test_the_sessions_commands_create_no_database(tmp_path: Path) -> None:
+    # A mistyped --db is not created as an empty database: list says there is none yet,
+    # show and delete say why the session is not there.
+    typo = tmp_path / "sesions.db"
+    code, out, err = invoke("sessions", "list", APP, "--db", str(typo))
+    assert code == 0, err
+    assert f"no sessions of user dev in app desk (no session database at {typo})" in out
+    for command in ("show", "delete"):
+        code, _, err = invoke("sessions", command, APP, "s1", "--db", str(typo))
+        assert code == 1
+        assert f"no session 's1' of user 'dev' in app 'desk': no session database at {typo}" in (
+            " ".join(err.split())
+        )
+    assert not typo.exists()

@@ -18,7 +18,7 @@ from relaykit.runner import Runner
 from relaykit.sessions.base import SessionService
 
 from ._chat import Chat
-from ._database import open_sessions, shown_database
+from ._database import missing_database, open_sessions, shown_database
 from ._errors import CliError
 from ._loading import DEFAULT_USER, LoadedApp, build_runner, check_model, load_app
 from ._views import agent_tree, session_table, show_session
@@ -178,6 +178,17 @@ async def _app_name(loaded: LoadedApp, service: SessionService) -> str:
     return runner.app_name
 
 
+def _no_database(loaded: LoadedApp, db: str | None, session_id: str, user: str) -> None:
+    """Refuse to show or delete a session when the session database does not exist."""
+    missing = missing_database(loaded, db)
+    if missing is not None:
+        raise _fail(
+            f"no session {session_id!r} of user {user!r} in app {loaded.app_name!r}: "
+            f"no session database at {missing}",
+            1,
+        )
+
+
 async def _with_sessions(
     loaded: LoadedApp, db: str | None, use: Callable[[SessionService, str], Awaitable[None]]
 ) -> None:
@@ -195,6 +206,14 @@ def sessions_list(app_spec: AppArg, user: UserOpt = DEFAULT_USER, db: DbOpt = No
     """List the user's sessions: id, last update, number of events."""
     loaded = _load(app_spec)
     console = Console(highlight=False)
+    missing = missing_database(loaded, db)
+    if missing is not None:
+        console.print(
+            f"no sessions of user {escape(user)} in app {escape(loaded.app_name)} "
+            f"(no session database at {escape(str(missing))})",
+            soft_wrap=True,
+        )
+        return
 
     async def show(service: SessionService, app_name: str) -> None:
         table, count = await session_table(service, app_name, user)
@@ -216,6 +235,7 @@ def sessions_show(
     """Show one session: its events (author, text, tool calls and results) and its state."""
     loaded = _load(app_spec)
     console = Console(highlight=False)
+    _no_database(loaded, db, session_id, user)
 
     async def show(service: SessionService, app_name: str) -> None:
         found = await service.get_session(app_name, user, session_id)
@@ -234,6 +254,7 @@ def sessions_delete(
     """Delete one session, its events, state and pause."""
     loaded = _load(app_spec)
     console = Console(highlight=False)
+    _no_database(loaded, db, session_id, user)
 
     async def delete(service: SessionService, app_name: str) -> None:
         if await service.get_session(app_name, user, session_id) is None:

@@ -11,7 +11,13 @@ from relaykit.sessions.base import SessionService
 from ._errors import USAGE, CliError
 from ._loading import LoadedApp
 
-__all__ = ["database_url", "default_database", "open_sessions", "shown_database"]
+__all__ = [
+    "database_url",
+    "default_database",
+    "missing_database",
+    "open_sessions",
+    "shown_database",
+]
 
 #: Short schemes ``--db`` accepts for the asyncio drivers relaykit uses.
 _SCHEMES = {
@@ -77,6 +83,26 @@ def _check_sqlite_file(path: str) -> None:
             connection.close()
     except sqlite3.Error as exc:
         raise CliError(f"cannot open the session database {file}: {exc}") from exc
+
+
+def missing_database(app: LoadedApp, db: str | None) -> Path | None:
+    """The SQLite file the session database would be, when its folder exists but it does not
+    (yet): commands that only read or delete sessions say so instead of creating an empty
+    database (a mistyped ``--db`` would otherwise look like a database without sessions)."""
+    import sqlalchemy as sa
+
+    url = default_database(app) if db is None else database_url(db)
+    try:
+        parsed = sa.make_url(url)
+    except Exception:  # a bad URL: open_sessions says what is wrong with it
+        return None
+    if parsed.get_backend_name() != "sqlite" or "uri" in parsed.query:
+        return None
+    if not parsed.database or parsed.database == ":memory:":
+        return None
+    file = Path(parsed.database)
+    # A missing folder stays an error of opening (a wrong path, not a database not made yet).
+    return file if file.parent.is_dir() and not file.exists() else None
 
 
 async def open_sessions(app: LoadedApp, db: str | None) -> SessionService:
