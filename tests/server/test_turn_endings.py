@@ -249,15 +249,8 @@ _PARALLEL_EXIT = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "core: ChatModelAgent runs concurrent tool calls in tasks of their own, and a "
-        "SystemExit in such a task escapes to the event loop (agents/chat.py _batch)"
-    ),
-)
 def test_concurrent_tools_that_exit_do_not_stop_the_server() -> None:
-    # In a process of its own: today the SystemExit ends that process's event loop.
+    # In a process of its own: a SystemExit escaping to the event loop would end the process.
     done = subprocess.run(
         [sys.executable, "-c", _PARALLEL_EXIT], cwd=ROOT, capture_output=True, text=True, timeout=60
     )

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
 
 from relaykit._aio import closing, ended_with, must_propagate
 from relaykit._cancel import CallCut, CancelSignal
@@ -525,7 +525,9 @@ class ChatModelAgent:
                 yield ev
             return
         tasks = {
-            asyncio.ensure_future(self._invoke(ctx, prepared, c, r, history, events)): c
+            asyncio.ensure_future(
+                _carrying_exits(self._invoke(ctx, prepared, c, r, history, events))
+            ): c
             for c, r in todo
         }
         try:
@@ -548,7 +550,10 @@ class ChatModelAgent:
                         raise RelayKitError(
                             f"tool '{call.name}' ended with CancelledError (its task was cancelled)"
                         )
-                    ev = self._settle(state, call, task.result())
+                    result = task.result()
+                    if isinstance(result, _Exit):
+                        raise result.exc  # in the agent's task, as a single call would
+                    ev = self._settle(state, call, result)
                     if ev is not None and call.name not in held:
                         yield ev
         finally:
@@ -669,3 +674,24 @@ def _point_of(ev: AgentEvent) -> InterruptContext:
     top = info.top() if info is not None else None
     assert top is not None
     return top
+
+
+_R = TypeVar("_R")
+
+
+class _Exit:
+    """A ``SystemExit`` or ``KeyboardInterrupt`` a concurrent tool call raised, carried out
+    of its task: raised in a task of its own, asyncio hands it straight to the event loop
+    (which stops), bypassing the agent and whoever runs it."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: SystemExit | KeyboardInterrupt) -> None:
+        self.exc = exc
+
+
+async def _carrying_exits(call: Awaitable[_R]) -> _R | _Exit:
+    try:
+        return await call
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Exit(exc)
