@@ -366,3 +366,16 @@ def test_tree_shows_a_tool_description_whose_first_sentence_wraps(tmp_path: Path
     code, out, err = invoke("tree", str(app_file))
     assert code == 0, err
     assert "└── refund (tool) — Ask a manager to approve a refund." in out.splitlines()
+
+
+def test_an_empty_line_at_the_answer_prompt_is_no_answer(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An Enter pressed by mistake must not resume the pause (the desk reads an empty result
+    # as an approval): the prompt asks again.
+    monkeypatch.chdir(ROOT)
+    typed = "Where is my order 1234?\nI want a refund.\n\n  \nno\n"
+    code, out, err = invoke("run", "examples/support_desk", "--db", db, input=typed)
+    assert code == 0, err
+    assert "refunds: Sorry: the manager declined the refund." in out
+    assert "approved your refund" not in out

@@ -168,9 +168,17 @@ class Chat:
             f"[dim]  type {escape(what)} to resume; exit leaves it waiting[/]", highlight=False
         )
 
+    def _read_answer(self) -> str:
+        """One answer: an empty line (an Enter pressed by mistake) is no answer, and is asked
+        again rather than sent as an empty result."""
+        while True:
+            text = self._read("[bold yellow]answer>[/] ")
+            if text.strip():
+                return text
+
     def _answer(self, session_id: str, points: list[InterruptContext]) -> RunHandle:
         """Ask each waiting point for its answer; the turn that continues the invocation."""
-        answers = [self._read("[bold yellow]answer>[/] ") for _ in points]
+        answers = [self._read_answer() for _ in points]
         if all(is_tool_pause(point) for point in points):
             responses = [
                 Message.tool(answer, tool_call_id=point.info["tool_call_id"])
