@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sys
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -177,6 +178,19 @@ class RunHandle:
         """True while a step of the run is in flight (someone awaits its next event)."""
         return bool(getattr(self._events, "ag_running", False))
 
+    def _inside(self) -> bool:
+        """True when the caller runs inside a step of the run (a plugin hook, an agent): the
+        run's frame is among the callers' frames. Waiting for the run there never ends."""
+        frame = getattr(self._events, "ag_frame", None)
+        if frame is None or not self._running():
+            return False
+        caller = sys._getframe(1)
+        while caller is not None:
+            if caller is frame:
+                return True
+            caller = caller.f_back
+        return False
+
     async def _drive(self, taken: list[AgentEvent] | None) -> None:
         """Run to the end, keeping the events for the caller's iterations (or in ``taken``).
 
@@ -230,8 +244,9 @@ class RunHandle:
                 (``CancelOutcome.timed_out``); None waits as long as it takes.
 
         Raises:
-            ConfigurationError: a mode that is not a ``CancelMode``, a negative timeout, or a
-                tool of the run awaiting its own run's ``cancel``.
+            ConfigurationError: a mode that is not a ``CancelMode``, a negative timeout, or
+                code of the run itself (a tool, an agent, a plugin hook) awaiting its own run's
+                ``cancel``, which would wait for itself.
             Exception: the error the run raised before any agent ran (a resume whose
                 checkpoint is busy, say), raised by the caller's iteration too.
         """
@@ -251,10 +266,12 @@ class RunHandle:
         signal = self._signal
         if self._ended() or (signal.final is not None and signal.cancelled is None):
             return self._outcome()
-        if signal.awaited_by_current_task():
+        if signal.awaited_by_current_task() or self._inside():
             raise ConfigurationError(
-                "cancel() was awaited by a tool of the run it cancels, which would wait for "
-                "itself; call it from outside the run (a tool pauses its run with ToolInterrupt)"
+                "cancel() was awaited inside the run it cancels (by a tool, an agent or a "
+                "plugin hook), which would wait for itself; call it from outside the run, or "
+                "start it in a task of its own without awaiting it (a tool can pause its run "
+                "with ToolInterrupt)"
             )
         signal.request(mode)
         timer = None

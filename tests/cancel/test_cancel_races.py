@@ -12,6 +12,7 @@ import pytest
 import relaykit as rk
 from relaykit import AgentEvent, Cancelled, CancelMode, Message, _cancel
 from relaykit.agents import _retry
+from relaykit.errors import ConfigurationError
 from relaykit.messages import MessageStream
 from relaykit.models.base import ModelRequest
 from tests.cancel.support import Counter, Gate, GatedModel, asks, call, point_addresses, texts
@@ -309,3 +310,41 @@ async def test_events_a_cancel_kept_are_not_delivered_after_aclose() -> None:
 
     await handle.aclose()  # ...who closes the handle instead of reading it
     assert [ev async for ev in handle] == []
+
+
+async def test_a_plugin_hook_cannot_await_its_runs_cancel_but_can_start_it() -> None:
+    # Awaiting it inside the run would wait for itself (this hung); started in a task of its
+    # own, the cancel takes effect once that task runs, and the run goes on to its safe point.
+    handles: list[rk.RunHandle] = []
+    refused: list[str] = []
+    started: list[asyncio.Future[rk.CancelOutcome]] = []
+
+    class Guard(rk.Plugin):
+        name = "guard"
+
+        async def on_event(self, ctx: rk.InvocationContext, ev: AgentEvent) -> AgentEvent:
+            if ev.message is not None and ev.message.tool_calls and not refused:
+                try:
+                    await handles[0].cancel(CancelMode.AFTER_TOOLS)
+                except ConfigurationError as exc:
+                    refused.append(str(exc))
+                started.append(asyncio.ensure_future(handles[0].cancel(CancelMode.AFTER_TOOLS)))
+            return ev
+
+    search = Counter("search", Gate())
+    model = rk.ScriptedModel([asks(call("c1", "search", "a")), Message.assistant("x")])
+    runner = _runner(
+        rk.ChatModelAgent("helper", model=model, tools=[search.tool]), plugins=[Guard()]
+    )
+    handles.append(runner.query("go"))
+    running = asyncio.ensure_future(handles[0].result())
+    assert search.gate is not None
+    await search.gate.entered.wait()  # the cancel's task has run meanwhile
+    search.gate.opened.set()
+    result = await asyncio.wait_for(running, HANG)
+    outcome = await started[0]
+
+    assert len(refused) == 1 and "would wait for itself" in refused[0]
+    assert result.interrupt is not None and result.interrupt == outcome.interrupt
+    assert result.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS)
+    assert search.finished == ["a"] and len(model.requests) == 1
