@@ -591,3 +591,41 @@ async def test_a_stream_cut_mid_event_says_the_turn_goes_on_without_a_parse_erro
             assert problems == []
         finally:
             await browser.close()
+
+
+EMPTY_ANSWER_SCRIPT = """
+async () => {
+  const { pauseForm } = await import("./pause.js");
+  const sent = [];
+  const point = { id: "p1", info: '{"question": "Ship it?"}', address: ["a"] };
+  const form = pauseForm({ author: "a", contexts: [point] }, (answer) => sent.push(answer));
+  document.body.append(form);
+  const input = form.querySelector("input[name=answer]");
+  const enter = () => input.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter" }));
+  enter(); // nothing typed
+  input.value = "   ";
+  form.querySelector("button.approve").click(); // blanks only
+  const afterEmpty = sent.length;
+  const stillOpen = !input.disabled;
+  input.value = "yes";
+  enter();
+  return { afterEmpty, stillOpen, sent };
+}
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_the_pause_form_sends_no_empty_answer(live_desk: LiveServer) -> None:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await _browser(pw)
+        try:
+            page = await browser.new_page()
+            await page.goto(live_desk.url + "/ui/")
+            got = await page.evaluate(EMPTY_ANSWER_SCRIPT)
+        finally:
+            await browser.close()
+    # An Enter or a click with nothing typed resumes nothing; the typed answer goes out.
+    assert got["afterEmpty"] == 0 and got["stillOpen"] is True
+    assert got["sent"] == [{"kind": "resume", "body": {"targets": {"p1": "yes"}}}]

@@ -125,7 +125,11 @@ function toolCard(point, tool, author, answered) {
 
 function questionCard(point, author, answered) {
   const input = h("input", { type: "text", name: "answer", placeholder: "yes, 42, or JSON", "aria-label": "answer" });
-  const send = () => answered(point, { kind: "target", value: answerValue(input.value) }, card);
+  const send = () => {
+    // Nothing typed is no answer (an Enter pressed by mistake); "Resume every point without an
+    // answer" is the way to resume without one.
+    if (input.value.trim()) answered(point, { kind: "target", value: answerValue(input.value) }, card);
+  };
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter") send();
   });
