@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from operator import attrgetter
+from types import FrameType
 from typing import TYPE_CHECKING
 
 from relaykit._cancel import Cancelled, CancelMode, CancelSignal
@@ -184,7 +185,7 @@ class RunHandle:
         frame = getattr(self._events, "ag_frame", None)
         if frame is None or not self._running():
             return False
-        caller = sys._getframe(1)
+        caller: FrameType | None = sys._getframe(1)
         while caller is not None:
             if caller is frame:
                 return True
