@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -378,3 +379,27 @@ def test_the_sessions_commands_create_no_database(tmp_path: Path) -> None:
             " ".join(err.split())
         )
     assert not typo.exists()
+
+
+def test_a_host_with_ipv4_and_ipv6_addresses_is_served_on_ipv4(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from relaykit.cli._app import _listen
+
+    resolve = socket.getaddrinfo
+
+    def both(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        assert host == "localhost"
+        return [
+            *resolve("::1", port, *args, **kwargs),
+            *resolve("127.0.0.1", port, *args, **kwargs),
+        ]
+
+    monkeypatch.setattr(socket, "getaddrinfo", both)
+    try:
+        listener = _listen("localhost", 0)
+    except CliError:  # a machine without IPv6 cannot resolve ::1: nothing to choose then
+        pytest.skip("no IPv6 here")
+    with listener:
+        assert listener.family == socket.AF_INET
+        assert listener.getsockname()[0] == "127.0.0.1"

@@ -300,9 +300,10 @@ def _listen(host: str, port: int) -> socket.socket:
     """A socket listening on ``host``:``port`` for the server; a CliError when it cannot be
     (the port is in use, the host does not resolve or is not this machine's)."""
     try:
-        family, kind, _, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        # A name with both (localhost) is served on IPv4, where http://127.0.0.1 finds it.
+        found.sort(key=lambda info: info[0] != socket.AF_INET)
+        family, kind, _, _, address = found[0]
         listener = socket.socket(family, kind)
     except OSError as exc:
         raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
