@@ -348,3 +348,46 @@ async def test_a_plugin_hook_cannot_await_its_runs_cancel_but_can_start_it() -> 
     assert result.interrupt is not None and result.interrupt == outcome.interrupt
     assert result.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS)
     assert search.finished == ["a"] and len(model.requests) == 1
+
+
+async def test_a_resume_with_targets_continues_the_calls_a_cancel_cut_too() -> None:
+    # The pause holds a point of the run's own (an approval) and a call the cancel cut:
+    # answering the approval by its id must not leave the cut call waiting (it waits for no
+    # answer), as the agents a cancel stopped do not wait either.
+    slow = Counter("slow", Gate())
+    asked: list[str] = []
+
+    async def approve(item: str) -> str:
+        """Ask a person to approve."""
+        asked.append(item)
+        return "waiting for a person"
+
+    model = rk.ScriptedModel(
+        [asks(call("c1", "approve", "x"), call("c2", "slow", "y")), Message.assistant("done")]
+    )
+    tools = [rk.FunctionTool(approve, long_running=True), slow.tool]
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=tools))
+    handle = runner.query("go")
+    running = asyncio.ensure_future(handle.result())
+    assert slow.gate is not None
+    await slow.gate.entered.wait()  # (the approval call, started first, has returned)
+    outcome = await handle.cancel()
+    result = await running
+
+    assert result.interrupt is not None and slow.cut == ["y"] and asked == ["x"]
+    points = {p.address[-1].sub_id: p for p in result.interrupt.contexts}
+    assert points["c2"].info == Cancelled(CancelMode.IMMEDIATE)
+    approval = points["c1"]
+    assert approval.info != Cancelled(CancelMode.IMMEDIATE)
+
+    slow.gate = None
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id, targets={approval.id: "approved"})
+    assert done.interrupt is None and done.output is not None
+    assert done.output.content == "done"
+    assert texts(done.events) == [
+        ("helper", "tool", "approved"),
+        ("helper", "tool", "slow did y"),
+        ("helper", "assistant", "done"),
+    ]
+    assert asked == ["x"] and slow.finished == ["y"]

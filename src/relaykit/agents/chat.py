@@ -423,8 +423,9 @@ class ChatModelAgent:
                     address = (*ctx.address, AddressSegment("tool", call.name, call.id))
                     rs = ctx.resume_state
                     claimed = rs.claim(address, ResumeInfo()) if rs is not None else ResumeInfo()
-                    if claimed.is_resume_target:
-                        # A call a cancel stopped runs again from the start (D26).
+                    if claimed.is_resume_target or pending.cut:
+                        # A call a cancel stopped runs again from the start (D26), targeted
+                        # or not: it waits for no answer (as the agents a cancel stopped).
                         todo.append((call, None if pending.cut else claimed))
                         del state.pending[call.id]
                         if not pending.cut:
