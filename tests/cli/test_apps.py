@@ -236,7 +236,11 @@ def test_a_package_with_a_hyphenated_name_loads_with_its_submodules(tmp_path: Pa
         ({"notes.txt": "hello"}, "notes.txt", r"is not a Python file \(\.py\)"),
         ({"broken.py": "import no_such_module_here\n"}, "broken.py", "importing .* failed"),
         ({"bad-name.py": "raise RuntimeError('boom')\n"}, "bad-name.py", "RuntimeError: boom"),
-        ({"two.py": "root_agent = 2\n"}, "two.py", "'root_agent' of two is a int, not an agent"),
+        (
+            {"two.py": "root_agent = 2\n"},
+            "two.py",
+            "'root_agent' of two is of type int, not an agent",
+        ),
     ],
 )
 def test_an_app_that_cannot_load_is_one_line(

@@ -95,7 +95,7 @@ def load_app(spec: str) -> LoadedApp:
             ) from exc
     if not isinstance(value, Agent):
         raise CliError(
-            f"{name!r} of {module.__name__} is a {type(value).__name__}, not an agent", USAGE
+            f"{name!r} of {module.__name__} is of type {type(value).__name__}, not an agent", USAGE
         )
     make_runner = (
         None if attribute not in (None, DEFAULT_ATTRIBUTE) else module.__dict__.get("make_runner")
