@@ -4,6 +4,7 @@ interrupt being saved, a retry's wait, an agent tool's last model reply."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -391,3 +392,53 @@ async def test_a_resume_with_targets_continues_the_calls_a_cancel_cut_too() -> N
         ("helper", "assistant", "done"),
     ]
     assert asked == ["x"] and slow.finished == ["y"]
+
+
+async def test_the_task_of_a_cancel_driving_a_session_turn_cancelled_from_outside(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # cancel() drives the turn itself (nobody iterates); its own task is cancelled from
+    # outside: the cancellation propagates, nothing pauses, after_run runs once, the session
+    # is free for the next turn and its history is valid for a provider.
+    ended: list[str] = []
+
+    class Audit(rk.Plugin):
+        name = "audit"
+
+        async def after_run(self, ctx: rk.InvocationContext) -> None:
+            ended.append(ctx.invocation_id)
+
+    slow = Counter("slow", Gate())
+    model = rk.ScriptedModel(
+        [asks(call("c1", "slow", "y")), Message.assistant("ok"), Message.assistant("next")]
+    )
+    service = rk.InMemorySessionService()
+    runner = rk.Runner(
+        rk.ChatModelAgent("helper", model=model, tools=[slow.tool]),
+        app_name="app",
+        session_service=service,
+        plugins=[Audit()],
+        session_lock_timeout=1,
+    )
+    handle = runner.run([Message.user("go")], user_id="u", session_id="s")
+    await anext(handle)  # the reply asking for the call
+    cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_TOOLS))
+    assert slow.gate is not None
+    await slow.gate.entered.wait()  # the cancel's task runs the tool
+    cancelling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelling
+
+    assert slow.cut == ["y"] and len(ended) == 1
+    assert [ev async for ev in handle] == []  # the turn ended, without a pause
+    assert await service.get_checkpoint("app", "u", "s") is None
+    done = await runner.invoke([Message.user("again")], user_id="u", session_id="s")
+    assert done.output is not None and done.output.content == "ok"
+    assert [(m.role, m.content) for m in model.requests[-1].messages] == [
+        ("user", "go"),
+        ("assistant", ""),
+        ("tool", "error: not completed — the turn ended before this call returned"),
+        ("user", "again"),
+    ]
+    assert len(ended) == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
