@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -442,3 +443,39 @@ async def test_the_task_of_a_cancel_driving_a_session_turn_cancelled_from_outsid
     ]
     assert len(ended) == 2
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_timeout_does_not_wait_for_a_sync_tools_thread() -> None:
+    # A plain function tool runs in a worker thread, which nothing can stop: the escalated
+    # cancel pauses the run at once, the thread's result is dropped, the resume runs it again.
+    release = threading.Event()
+    entered = threading.Event()
+    runs: list[str] = []
+
+    def blocking(item: str) -> str:
+        """Blocks its thread."""
+        runs.append(item)
+        entered.set()
+        release.wait(HANG)
+        return f"did {item}"
+
+    model = rk.ScriptedModel([asks(call("c1", "blocking", "y")), Message.assistant("ok")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[rk.FunctionTool(blocking)]))
+    handle = runner.query("go")
+    running = asyncio.ensure_future(handle.result())
+    try:
+        while not entered.is_set():
+            await asyncio.sleep(0)
+        outcome = await asyncio.wait_for(handle.cancel(CancelMode.AFTER_TOOLS, timeout=0), HANG)
+        result = await running
+        assert not release.is_set()  # the thread still runs: the cancel did not wait for it
+    finally:
+        release.set()
+
+    assert outcome.timed_out and result.interrupt is not None
+    assert result.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS, escalated=True)
+    assert texts(result.events) == [("helper", "assistant", "")]  # its result was dropped
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [("helper", "tool", "did y"), ("helper", "assistant", "ok")]
+    assert runs == ["y", "y"]
