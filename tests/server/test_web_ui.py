@@ -355,6 +355,8 @@ def test_relaykit_web_serves_the_ui_and_relaykit_api_does_not(
 
     async def serve(self: uvicorn.Server, sockets: Any = None) -> None:
         served.append(self.config.app)  # instead of listening
+        # Ctrl-C must not wait forever for open event streams before the app's own grace.
+        assert self.config.timeout_graceful_shutdown == 30
 
     monkeypatch.setattr(uvicorn.Server, "serve", serve)
     desk_app = str(Path(support_desk.__file__))

@@ -271,6 +271,7 @@ def _serve(
     loaded = _load(app_spec)
     try:
         from relaykit.server import create_app
+        from relaykit.server._app import SHUTDOWN_GRACE
     except ImportError as exc:
         missing = getattr(exc, "name", None)
         if missing == "relaykit.server":
@@ -282,7 +283,14 @@ def _serve(
         raise _fail("uvicorn is not installed (pip install 'relaykit[server]')", 1) from None
 
     async def serve(runner: Runner, service: SessionService) -> None:
-        config = uvicorn.Config(create_app(runner, ui=ui), host=host, port=port)
+        config = uvicorn.Config(
+            create_app(runner, ui=ui),
+            host=host,
+            port=port,
+            # On Ctrl-C uvicorn first waits for open connections, an event stream included,
+            # without a bound unless told; then the app gives running turns their own grace.
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE),
+        )
         listener = _listen(host, port)  # a port in use is our one-line error, not uvicorn's
         try:
             where = f"[{host}]" if ":" in host else host
