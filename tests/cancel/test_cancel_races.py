@@ -479,3 +479,48 @@ async def test_a_timeout_does_not_wait_for_a_sync_tools_thread() -> None:
     done = await runner.invoke_resume(outcome.checkpoint_id)
     assert texts(done.events) == [("helper", "tool", "did y"), ("helper", "assistant", "ok")]
     assert runs == ["y", "y"]
+
+
+async def test_two_concurrent_cancels_with_different_modes_stop_the_run_once() -> None:
+    slow = Counter("slow", Gate())
+    model = rk.ScriptedModel([asks(call("c1", "slow", "y")), Message.assistant("ok")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[slow.tool]))
+    handle = runner.query("go")
+    events: list[AgentEvent] = []
+
+    async def consume() -> None:
+        async for ev in handle:
+            events.append(ev)
+
+    consuming = asyncio.ensure_future(consume())
+    assert slow.gate is not None
+    await slow.gate.entered.wait()
+    waiting = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_TOOLS))
+    await asyncio.sleep(0)
+    now = asyncio.ensure_future(handle.cancel(CancelMode.IMMEDIATE))  # makes it immediate
+    first, second = await asyncio.gather(waiting, now)
+    await consuming
+
+    assert first == second and first.interrupt is not None
+    assert first.interrupt.data == Cancelled(CancelMode.IMMEDIATE)
+    paused = [ev for ev in events if ev.action is not None and ev.action.interrupted]
+    assert len(paused) == 1 and paused[0] is events[-1]
+    assert slow.cut == ["y"]
+
+
+async def test_a_cancel_right_after_the_last_event_finds_the_run_ended() -> None:
+    # The caller holds the final answer; the run has not yet returned: the cancel must say the
+    # run ended, add no pause, and lose nothing.
+    store = rk.InMemoryCheckpointStore()
+    model = rk.ScriptedModel([Message.assistant("the answer")])
+    runner = rk.Runner(rk.ChatModelAgent("helper", model=model), checkpoint_store=store)
+    handle = runner.query("q")
+    last = await anext(handle)
+
+    outcome = await handle.cancel(CancelMode.AFTER_TOOLS)
+
+    assert last.message is not None and last.message.content == "the answer"
+    assert outcome.already_ended and outcome.interrupt is None
+    assert [ev async for ev in handle] == []
+    result = await handle.result()
+    assert result.interrupt is None and result.events == []
