@@ -15,7 +15,16 @@ from relaykit.errors import ModelError
 from relaykit.messages import Message
 from relaykit.models.live import LiveResponse
 
-__all__ = ["NORMAL_CLOSE_CODES", "TurnBuffer", "cause_text", "closed_error", "merge_options"]
+__all__ = [
+    "NORMAL_CLOSE_CODES",
+    "RealtimeModel",
+    "TurnBuffer",
+    "cause_text",
+    "closed_error",
+    "handshake_status",
+    "merge_options",
+    "send_error",
+]
 
 NORMAL_CLOSE_CODES = frozenset({1000, 1001})
 """WebSocket close codes of a normal end (1000 normal closure, 1001 going away)."""
@@ -82,6 +91,22 @@ class TurnBuffer:
         return [*self.complete("text"), *self.complete("output"), *self.complete("input")]
 
 
+class RealtimeModel:
+    """What both live models hold besides their client: names, connect timeout, options."""
+
+    def _setup(
+        self, provider: str, model: str, connect_timeout: float, default_options: dict[str, Any]
+    ) -> None:
+        #: The provider name, in errors.
+        self.provider = provider
+        #: The model name.
+        self.model = model
+        #: ``<provider>:<model>``.
+        self.name = f"{provider}:{model}"
+        self.connect_timeout = connect_timeout
+        self.default_options = default_options
+
+
 def cause_text(exc: BaseException) -> str:
     """What to say about ``exc`` in an error message without repeating anything sent.
 
@@ -100,6 +125,27 @@ def cause_text(exc: BaseException) -> str:
     if isinstance(exc, OSError | TimeoutError | websockets.WebSocketException):
         return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     return type(exc).__name__
+
+
+def handshake_status(exc: BaseException) -> int | None:
+    """The HTTP status of a refused WebSocket handshake (a close code is not one)."""
+    import websockets
+
+    if isinstance(exc, websockets.InvalidStatus):
+        return exc.response.status_code
+    return None
+
+
+def send_error(provider: str, subject: str, what: str, exc: Exception) -> ModelError:
+    """The error of a failed send of ``what`` (``"a user message"``) by ``subject``."""
+    import websockets
+
+    if isinstance(exc, websockets.ConnectionClosed):
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        cause = f"connection closed, close code {code}"
+    else:
+        cause = cause_text(exc)
+    return ModelError(f"{subject}: cannot send {what} ({cause})", provider=provider)
 
 
 def closed_error(

@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pydantic
-import websockets
 from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
@@ -32,7 +31,15 @@ from google.genai.live import AsyncSession
 
 from relaykit.errors import ConfigurationError, LiveSessionClosedError, ModelError
 from relaykit.messages import Blob, Message, ToolCall
-from relaykit.models._realtime import NORMAL_CLOSE_CODES, TurnBuffer, cause_text, closed_error
+from relaykit.models._realtime import (
+    NORMAL_CLOSE_CODES,
+    RealtimeModel,
+    TurnBuffer,
+    cause_text,
+    closed_error,
+    handshake_status,
+    send_error,
+)
 from relaykit.models.gemini import to_gemini_contents, to_gemini_tools
 from relaykit.models.live import LiveConfig, LiveResponse
 
@@ -45,7 +52,7 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 _MODALITIES = {"text": types.Modality.TEXT, "audio": types.Modality.AUDIO}
 
 
-class GeminiLiveModel:
+class GeminiLiveModel(RealtimeModel):
     """A ``LiveModel`` over the Gemini Live API (``client.aio.live.connect``).
 
     ``api_key`` defaults to ``GEMINI_API_KEY`` then ``GOOGLE_API_KEY``; ``base_url`` overrides
@@ -84,14 +91,7 @@ class GeminiLiveModel:
                 "GeminiLiveModel('gemini-live-2.5-flash-preview')"
             )
         _check_options(default_options)
-        #: The provider name, in errors.
-        self.provider = PROVIDER
-        #: The model name.
-        self.model = model
-        #: ``gemini:<model>``.
-        self.name = f"{PROVIDER}:{model}"
-        self.connect_timeout = connect_timeout
-        self.default_options = default_options
+        self._setup(PROVIDER, model, connect_timeout, default_options)
         if client is None:
             api_key = (
                 api_key
@@ -380,13 +380,6 @@ def _modality(modalities: tuple[str, ...]) -> types.Modality:
     return _MODALITIES["audio" if "audio" in modalities else "text"]
 
 
-def _status(exc: BaseException) -> int | None:
-    """The HTTP status of a refused WebSocket handshake (a close code is not one)."""
-    if isinstance(exc, websockets.InvalidStatus):
-        return exc.response.status_code
-    return None
-
-
 def _connect_error(model: str, exc: Exception) -> ModelError:
     if isinstance(exc, genai_errors.APIError):
         # The server refused the setup by closing the socket: code and reason are its words.
@@ -397,16 +390,9 @@ def _connect_error(model: str, exc: Exception) -> ModelError:
     return ModelError(
         f"gemini live model {model!r}: cannot open a session ({cause})",
         provider=PROVIDER,
-        status=_status(exc),
+        status=handshake_status(exc),
     )
 
 
 def _send_error(model: str, what: str, exc: Exception) -> ModelError:
-    if isinstance(exc, websockets.ConnectionClosed):
-        code = exc.rcvd.code if exc.rcvd is not None else None
-        cause = f"connection closed, close code {code}"
-    else:
-        cause = cause_text(exc)
-    return ModelError(
-        f"gemini live model {model!r}: cannot send {what} ({cause})", provider=PROVIDER
-    )
+    return send_error(PROVIDER, f"gemini live model {model!r}", what, exc)

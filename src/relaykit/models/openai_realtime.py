@@ -52,10 +52,13 @@ from relaykit.errors import ConfigurationError, LiveSessionClosedError, ModelErr
 from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models._realtime import (
     NORMAL_CLOSE_CODES,
+    RealtimeModel,
     TurnBuffer,
     cause_text,
     closed_error,
+    handshake_status,
     merge_options,
+    send_error,
 )
 from relaykit.models.live import LiveConfig, LiveResponse
 from relaykit.models.openai import _data_url
@@ -81,7 +84,7 @@ _OUTPUT_MIME = {
 Json = dict[str, Any]
 
 
-class OpenAIRealtimeModel:
+class OpenAIRealtimeModel(RealtimeModel):
     """A ``LiveModel`` over the OpenAI Realtime API (``client.realtime.connect``).
 
     ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL``; the
@@ -124,14 +127,7 @@ class OpenAIRealtimeModel:
             raise ConfigurationError(
                 "openai: a model name is needed, e.g. OpenAIRealtimeModel('gpt-realtime')"
             )
-        #: The provider name, in errors.
-        self.provider = PROVIDER
-        #: The model name.
-        self.model = model
-        #: ``openai:<model>``.
-        self.name = f"{PROVIDER}:{model}"
-        self.connect_timeout = connect_timeout
-        self.default_options = default_options
+        self._setup(PROVIDER, model, connect_timeout, default_options)
         if client is None:
             base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
             api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
@@ -197,7 +193,7 @@ class OpenAIRealtimeModel:
             raise ModelError(
                 f"openai realtime model {self.model!r}: cannot open a session ({cause_text(exc)})",
                 provider=PROVIDER,
-                status=_status(exc),
+                status=handshake_status(exc),
             ) from exc
         connection = OpenAIRealtimeConnection(self.model, conn, _output_mime(session))
         try:
@@ -527,18 +523,5 @@ def _items(message: Message, model: str) -> list[Json]:
     return []
 
 
-def _status(exc: BaseException) -> int | None:
-    if isinstance(exc, websockets.InvalidStatus):
-        return exc.response.status_code
-    return None
-
-
 def _send_error(model: str, what: str, exc: Exception) -> ModelError:
-    if isinstance(exc, websockets.ConnectionClosed):
-        code = exc.rcvd.code if exc.rcvd is not None else None
-        cause = f"connection closed, close code {code}"
-    else:
-        cause = cause_text(exc)
-    return ModelError(
-        f"openai realtime model {model!r}: cannot send {what} ({cause})", provider=PROVIDER
-    )
+    return send_error(PROVIDER, f"openai realtime model {model!r}", what, exc)
