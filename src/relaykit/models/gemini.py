@@ -106,17 +106,7 @@ class GeminiModel(ProviderModel):
         self._setup("gemini", model, RetryPolicy(max_retries, backoff_base, max_backoff), _classify)
         self.default_options = default_options
         if client is None:
-            api_key = (
-                api_key
-                or os.environ.get("GEMINI_API_KEY")
-                or os.environ.get("GOOGLE_API_KEY")
-                or None
-            )
-            if api_key is None:
-                raise ConfigurationError(
-                    f"gemini: no API key for model {model!r}; set "
-                    "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=..."
-                )
+            api_key = gemini_api_key(api_key, f"model {model!r}")
             http_options = types.HttpOptions(
                 base_url=base_url, timeout=int(timeout * 1000), retry_options=_NO_SDK_RETRIES
             )
@@ -227,6 +217,18 @@ def retry_info_seconds(body: object) -> float | None:
 
 
 # -- requests ---------------------------------------------------------------------------------
+
+
+def gemini_api_key(api_key: str | None, subject: str) -> str:
+    """``api_key``, else ``GEMINI_API_KEY``, else ``GOOGLE_API_KEY``; a ``ConfigurationError``
+    naming ``subject`` (``"model 'x'"``) when there is none."""
+    api_key = api_key or os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+    if not api_key:
+        raise ConfigurationError(
+            f"gemini: no API key for {subject}; set "
+            "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=..."
+        )
+    return api_key
 
 
 def to_gemini_tools(tools: Iterable[ToolSpec]) -> list[types.Tool]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,7 +39,7 @@ from relaykit.models._realtime import (
     handshake_status,
     send_error,
 )
-from relaykit.models.gemini import to_gemini_contents, to_gemini_tools
+from relaykit.models.gemini import gemini_api_key, to_gemini_contents, to_gemini_tools
 from relaykit.models.live import LiveConfig, LiveResponse
 
 __all__ = ["GeminiLiveConnection", "GeminiLiveModel"]
@@ -93,17 +92,7 @@ class GeminiLiveModel(RealtimeModel):
         _check_options(default_options)
         self._setup(PROVIDER, model, connect_timeout, default_options)
         if client is None:
-            api_key = (
-                api_key
-                or os.environ.get("GEMINI_API_KEY")
-                or os.environ.get("GOOGLE_API_KEY")
-                or None
-            )
-            if api_key is None:
-                raise ConfigurationError(
-                    f"gemini: no API key for live model {model!r}; set "
-                    "GEMINI_API_KEY (or GOOGLE_API_KEY) or pass api_key=..."
-                )
+            api_key = gemini_api_key(api_key, f"live model {model!r}")
             http_options = types.HttpOptions(base_url=base_url) if base_url else None
             client = genai.Client(vertexai=False, api_key=api_key, http_options=http_options)
         self.client = client
