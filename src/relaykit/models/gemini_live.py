@@ -176,12 +176,15 @@ class GeminiLiveConnection:
         self._call_names: dict[str, str] = {}
         self._calls_seen = 0
 
-    async def send(self, message: Message) -> None:
-        """Send user text (``clientContent``) or a tool response (``toolResponse``)."""
+    def _check_open(self) -> None:
         if self._closed:
             raise LiveSessionClosedError(
                 f"gemini live model {self._model!r}: cannot send on a closed connection"
             )
+
+    async def send(self, message: Message) -> None:
+        """Send user text (``clientContent``) or a tool response (``toolResponse``)."""
+        self._check_open()
         if message.role == "tool":
             call_id = message.tool_call_id
             name = message.tool_name or self._call_names.get(call_id or "")
@@ -215,10 +218,7 @@ class GeminiLiveConnection:
 
     async def send_realtime(self, blob: Blob) -> None:
         """Send an audio chunk (or an image frame) as ``realtimeInput``."""
-        if self._closed:
-            raise LiveSessionClosedError(
-                f"gemini live model {self._model!r}: cannot send on a closed connection"
-            )
+        self._check_open()
         media = types.Blob(mime_type=blob.mime_type, data=blob.data)
         mime = blob.mime_type.lower()
         if mime.startswith("audio/"):
