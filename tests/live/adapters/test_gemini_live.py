@@ -3,15 +3,13 @@ WebSocket protocol, through the real google-genai SDK."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from relaykit.errors import ConfigurationError, LiveSessionClosedError, ModelError
+from relaykit.errors import ConfigurationError, ModelError
 from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models import (
     GeminiLiveModel,
@@ -20,8 +18,15 @@ from relaykit.models import (
     LiveResponse,
     live_from_string,
 )
-from relaykit.models.base import ToolSpec
 from relaykit.models.gemini_live import GeminiLiveConnection
+from tests.live.adapters.support import (
+    WEATHER,
+    check_close,
+    complete,
+    model_factory,
+    partial,
+    take,
+)
 
 if TYPE_CHECKING:
     from conftest import LiveServer, Peer
@@ -32,28 +37,15 @@ SETUP_PATHS = {
     f"/ws/google.ai.generativelanguage.{version}.GenerativeService.BidiGenerateContent"
     for version in ("v1", "v1beta")
 }
-WEATHER = ToolSpec(
-    "get_weather",
-    "The weather in a city.",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 MakeModel = Callable[..., GeminiLiveModel]
 
 
 @pytest.fixture
 async def make_model(gemini_server: LiveServer) -> AsyncIterator[MakeModel]:
-    built: list[GeminiLiveModel] = []
-
-    def make(**kwargs: Any) -> GeminiLiveModel:
-        kwargs.setdefault("api_key", "gm-test")
-        kwargs.setdefault("base_url", gemini_server.http_url)
-        model = GeminiLiveModel(MODEL, **kwargs)
-        built.append(model)
-        return model
-
-    yield make
-    for model in built:
-        await model.aclose()
+    async with model_factory(
+        GeminiLiveModel, MODEL, api_key="gm-test", base_url=gemini_server.http_url
+    ) as make:
+        yield make
 
 
 async def setup(peer: Peer) -> Any:
@@ -70,25 +62,6 @@ def text(*chunks: str) -> dict[str, Any]:
 
 
 TURN_COMPLETE = {"serverContent": {"turnComplete": True}}
-
-
-async def take(conn: LiveConnection, n: int) -> list[LiveResponse]:
-    """The next ``n`` responses of ``conn``."""
-    out: list[LiveResponse] = []
-    async with contextlib.aclosing(conn.receive()) as responses:  # type: ignore[type-var]
-        async for response in responses:
-            out.append(response)
-            if len(out) == n:
-                break
-    return out
-
-
-def partial(content: str) -> LiveResponse:
-    return LiveResponse(Message.assistant(content), partial=True)
-
-
-def complete(content: str) -> LiveResponse:
-    return LiveResponse(Message.assistant(content))
 
 
 async def test_connect_sends_setup_with_instruction_tools_and_history(
@@ -510,31 +483,8 @@ async def test_server_closing_normally_between_turns_ends_receive(
 async def test_close_is_idempotent_ends_a_pending_receive_and_refuses_sends(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    close_codes: list[int | None] = []
-
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-        close_codes.append(peer.ws.close_code)
-
-    gemini_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
+    conn = await check_close(gemini_server, lambda: make_model().connect(LiveConfig([])), setup)
     assert isinstance(conn, GeminiLiveConnection)
-    reader = asyncio.create_task(take(conn, 1))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert not reader.done()  # the reader waits for the server
-    await conn.close()
-    await conn.close()
-    assert await reader == []
-    with pytest.raises(LiveSessionClosedError, match="closed connection"):
-        await conn.send(Message.user("hi"))
-    with pytest.raises(LiveSessionClosedError):
-        await conn.send_realtime(Blob("audio/pcm", b"\x00"))
-    assert [r async for r in conn.receive()] == []
-    await gemini_server.finished()
-    assert close_codes == [1000]
-    assert len(gemini_server.peer.frames) == 1
 
 
 async def test_a_refused_setup_raises_from_connect(

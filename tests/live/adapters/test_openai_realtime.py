@@ -3,35 +3,34 @@ protocol, through the real openai SDK."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from relaykit.errors import ConfigurationError, LiveSessionClosedError, ModelError
+from relaykit.errors import ConfigurationError, ModelError
 from relaykit.messages import Blob, Message, ToolCall
 from relaykit.models import (
     LiveConfig,
-    LiveConnection,
     LiveResponse,
     OpenAIRealtimeModel,
     live_from_string,
 )
-from relaykit.models.base import ToolSpec
+from tests.live.adapters.support import (
+    WEATHER,
+    check_close,
+    complete,
+    model_factory,
+    partial,
+    take,
+)
 
 if TYPE_CHECKING:
     from conftest import LiveServer, Peer
 
 MODEL = "gpt-realtime-test"
-WEATHER = ToolSpec(
-    "get_weather",
-    "The weather in a city.",
-    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-)
 TRANSCRIBE = {"audio": {"input": {"transcription": {"model": "gpt-4o-mini-transcribe"}}}}
 RESPONSE_CREATE = {"type": "response.create"}
 MakeModel = Callable[..., OpenAIRealtimeModel]
@@ -41,18 +40,10 @@ _ids = itertools.count()
 
 @pytest.fixture
 async def make_model(openai_server: LiveServer) -> AsyncIterator[MakeModel]:
-    built: list[OpenAIRealtimeModel] = []
-
-    def make(**kwargs: Any) -> OpenAIRealtimeModel:
-        kwargs.setdefault("api_key", "oa-test")
-        kwargs.setdefault("base_url", f"{openai_server.http_url}/v1")
-        model = OpenAIRealtimeModel(MODEL, **kwargs)
-        built.append(model)
-        return model
-
-    yield make
-    for model in built:
-        await model.aclose()
+    async with model_factory(
+        OpenAIRealtimeModel, MODEL, api_key="oa-test", base_url=f"{openai_server.http_url}/v1"
+    ) as make:
+        yield make
 
 
 # -- the server's events ------------------------------------------------------------------------
@@ -136,25 +127,6 @@ def output_item(call_id: str, output: str) -> dict[str, Any]:
 
 
 # -- the client's side --------------------------------------------------------------------------
-
-
-async def take(conn: LiveConnection, n: int) -> list[LiveResponse]:
-    """The next ``n`` responses of ``conn``."""
-    out: list[LiveResponse] = []
-    async with contextlib.aclosing(conn.receive()) as responses:  # type: ignore[type-var]
-        async for response in responses:
-            out.append(response)
-            if len(out) == n:
-                break
-    return out
-
-
-def partial(content: str) -> LiveResponse:
-    return LiveResponse(Message.assistant(content), partial=True)
-
-
-def complete(content: str) -> LiveResponse:
-    return LiveResponse(Message.assistant(content))
 
 
 def spoken(content: str, *, partial: bool = False) -> LiveResponse:
@@ -743,30 +715,7 @@ async def test_server_closing_normally_between_turns_ends_receive(
 async def test_close_is_idempotent_ends_a_pending_receive_and_refuses_sends(
     openai_server: LiveServer, make_model: MakeModel
 ) -> None:
-    close_codes: list[int | None] = []
-
-    async def script(peer: Peer) -> None:
-        await handshake(peer)
-        await peer.wait_closed()
-        close_codes.append(peer.ws.close_code)
-
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    reader = asyncio.create_task(take(conn, 1))
-    for _ in range(5):
-        await asyncio.sleep(0)
-    assert not reader.done()  # the reader waits for the server
-    await conn.close()
-    await conn.close()
-    assert await reader == []
-    with pytest.raises(LiveSessionClosedError, match="closed connection"):
-        await conn.send(Message.user("hi"))
-    with pytest.raises(LiveSessionClosedError):
-        await conn.send_realtime(Blob("audio/pcm", b"\x00"))
-    assert [r async for r in conn.receive()] == []
-    await openai_server.finished()
-    assert close_codes == [1000]
-    assert len(openai_server.peer.frames) == 1
+    await check_close(openai_server, lambda: make_model().connect(LiveConfig([])), handshake)
 
 
 async def test_a_refused_session_raises_from_connect(
