@@ -9,13 +9,14 @@ PATH; without one they are skipped. ``.ci/run`` installs it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -188,14 +189,21 @@ def _serve(tmp_path: Path, api_keys: Mapping[str, str] | None) -> Iterator[LiveS
     assert not live.errors, live.errors
 
 
-async def _browser(pw: Any) -> Any:
-    from playwright.async_api import expect
+@contextlib.asynccontextmanager
+async def _page(**options: Any) -> AsyncIterator[Any]:
+    """A new page of a headless Chromium (``options`` go to ``new_page``), closed after."""
+    from playwright.async_api import async_playwright, expect
 
     # Generous waits: a loaded CI machine may be slow, and a wait ends as soon as it holds.
     expect.set_options(timeout=WAIT_MS)
-    return await pw.chromium.launch(
-        executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=WAIT_MS * 2
-    )
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, timeout=WAIT_MS * 2
+        )
+        try:
+            yield await browser.new_page(**options)
+        finally:
+            await browser.close()
 
 
 def _watch(page: Any) -> list[str]:
@@ -213,134 +221,125 @@ def _watch(page: Any) -> list[str]:
 async def test_chat_transfer_approval_and_resumed_answer_in_chromium(
     live_desk: LiveServer, tmp_path: Path
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page(viewport={"width": 1440, "height": 900})
-            problems = _watch(page)
-            await page.goto(live_desk.url + "/")
-            await expect(page).to_have_url(re.compile(r"/ui/"))
-            graph = page.locator("#agent-graph [data-agent]")
-            await expect(graph).to_have_count(3)
-            await expect(page.locator("#app-name")).to_have_text("triage")
-            await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
+    async with _page(viewport={"width": 1440, "height": 900}) as page:
+        problems = _watch(page)
+        await page.goto(live_desk.url + "/")
+        await expect(page).to_have_url(re.compile(r"/ui/"))
+        graph = page.locator("#agent-graph [data-agent]")
+        await expect(graph).to_have_count(3)
+        await expect(page.locator("#app-name")).to_have_text("triage")
+        await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
 
-            # A new session, and a first message with a state delta.
-            await page.click("#new-session")
-            await expect(page.locator("#session-list .session.open")).to_have_count(1)
-            session_id = await page.locator("#session-list .session.open").get_attribute("data-id")
-            assert session_id
-            await page.click(".delta summary")
-            await page.fill("#state-delta", '{"user:name": "Ada"}')
-            await page.fill("#message", "Where is my order 1234?")
-            await page.press("#message", "Enter")
+        # A new session, and a first message with a state delta.
+        await page.click("#new-session")
+        await expect(page.locator("#session-list .session.open")).to_have_count(1)
+        session_id = await page.locator("#session-list .session.open").get_attribute("data-id")
+        assert session_id
+        await page.click(".delta summary")
+        await page.fill("#state-delta", '{"user:name": "Ada"}')
+        await page.fill("#message", "Where is my order 1234?")
+        await page.press("#message", "Enter")
 
-            # The answer streamed in as chunks, then became the stored message.
-            answer = page.locator(
-                ".msg.agent", has_text="Order 1234 has shipped with DHL; it arrives Thursday."
-            )
-            await expect(answer).to_be_visible()
-            await expect(answer.locator("header")).to_have_text("orders")
-            assert int(await answer.get_attribute("data-chunks") or 0) > 1
-            await expect(page.locator("#send")).to_be_enabled()
+        # The answer streamed in as chunks, then became the stored message.
+        answer = page.locator(
+            ".msg.agent", has_text="Order 1234 has shipped with DHL; it arrives Thursday."
+        )
+        await expect(answer).to_be_visible()
+        await expect(answer.locator("header")).to_have_text("orders")
+        assert int(await answer.get_attribute("data-chunks") or 0) > 1
+        await expect(page.locator("#send")).to_be_enabled()
 
-            # The timeline: triage transferred to orders, whose events sit inside triage's node.
-            transfer = page.locator("#timeline .ev.kind-transfer")
-            await expect(transfer).to_have_text(re.compile(r"transfer\s*→ orders"))
-            nested = page.locator('#timeline details.node[data-path="triage"] ')
-            await expect(
-                nested.locator('details.node[data-path="triage/orders"] .ev.kind-say')
-            ).to_contain_text("Order 1234 has shipped")
-            await expect(page.locator("#chat-log .line.transfer")).to_have_text("triage → orders")
+        # The timeline: triage transferred to orders, whose events sit inside triage's node.
+        transfer = page.locator("#timeline .ev.kind-transfer")
+        await expect(transfer).to_have_text(re.compile(r"transfer\s*→ orders"))
+        nested = page.locator('#timeline details.node[data-path="triage"] ')
+        await expect(
+            nested.locator('details.node[data-path="triage/orders"] .ev.kind-say')
+        ).to_contain_text("Order 1234 has shipped")
+        await expect(page.locator("#chat-log .line.transfer")).to_have_text("triage → orders")
 
-            # Clicking an event shows it, its state delta, and the session's state.
-            await page.locator("#timeline .ev.kind-user").first.click()
-            inspector = page.locator("#inspector")
-            await expect(inspector.locator(".inspect-event")).to_contain_text(
-                "Where is my order 1234?"
-            )
-            await expect(inspector.locator(".inspect-event table.state")).to_contain_text(
-                "user:name"
-            )
-            await expect(inspector.locator(".inspect-state")).to_contain_text("Ada")
-            await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
-                re.compile(r"\bactive\b")
-            )
+        # Clicking an event shows it, its state delta, and the session's state.
+        await page.locator("#timeline .ev.kind-user").first.click()
+        inspector = page.locator("#inspector")
+        await expect(inspector.locator(".inspect-event")).to_contain_text("Where is my order 1234?")
+        await expect(inspector.locator(".inspect-event table.state")).to_contain_text("user:name")
+        await expect(inspector.locator(".inspect-state")).to_contain_text("Ada")
+        await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
+            re.compile(r"\bactive\b")
+        )
 
-            # A refund: orders hands back to triage, triage to refunds, which asks a manager.
-            await page.fill("#message", "It arrived broken, I want a refund")
-            await page.click("#send")
-            card = page.locator("#pause .pause-card")
-            await expect(card).to_contain_text("request_refund")
-            await expect(card).to_contain_text("amount: 59.9")
-            await expect(page.locator("#chat-log .line.pause")).to_contain_text(
-                "refunds paused: request_refund"
-            )
-            await expect(page.locator("#timeline .turn")).to_have_count(2)
-            second = page.locator("#timeline .turn").nth(1)
-            await expect(second.locator(".ev.kind-transfer")).to_have_count(2)
-            await expect(
-                second.locator('details.node[data-path="triage/orders/triage/refunds"] .ev')
-            ).to_have_count(4)
+        # A refund: orders hands back to triage, triage to refunds, which asks a manager.
+        await page.fill("#message", "It arrived broken, I want a refund")
+        await page.click("#send")
+        card = page.locator("#pause .pause-card")
+        await expect(card).to_contain_text("request_refund")
+        await expect(card).to_contain_text("amount: 59.9")
+        await expect(page.locator("#chat-log .line.pause")).to_contain_text(
+            "refunds paused: request_refund"
+        )
+        await expect(page.locator("#timeline .turn")).to_have_count(2)
+        second = page.locator("#timeline .turn").nth(1)
+        await expect(second.locator(".ev.kind-transfer")).to_have_count(2)
+        await expect(
+            second.locator('details.node[data-path="triage/orders/triage/refunds"] .ev')
+        ).to_have_count(4)
 
-            # The manager approves: the tool response goes out and the answer streams back.
-            await card.locator('input[name="reviewer"]').fill("Maria")
-            await card.locator("button.approve").click()
-            resumed = page.locator(
-                ".msg.agent",
-                has_text="Good news: Maria approved your refund of €59.90 for order 1234.",
-            )
-            await expect(resumed).to_be_visible()
-            await expect(resumed.locator("header")).to_have_text("refunds")
-            await expect(page.locator("#pause")).to_be_hidden()
-            await expect(page.locator('#agent-graph [data-agent="refunds"]')).to_have_class(
-                re.compile(r"\bactive\b")
-            )
-            await expect(page.locator("#chat-log .line.answer")).to_contain_text(
-                '{"approved":true,"by":"Maria"}'
-            )
-            # Selecting the answer lights its run path in the agent graph.
-            await page.locator("#chat-log .msg.agent").last.click()
-            await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
-                re.compile(r"\bon-path\b")
-            )
-            await expect(inspector.locator(".inspect-event")).to_contain_text(
-                "triage › orders › triage › refunds"
-            )
+        # The manager approves: the tool response goes out and the answer streams back.
+        await card.locator('input[name="reviewer"]').fill("Maria")
+        await card.locator("button.approve").click()
+        resumed = page.locator(
+            ".msg.agent",
+            has_text="Good news: Maria approved your refund of €59.90 for order 1234.",
+        )
+        await expect(resumed).to_be_visible()
+        await expect(resumed.locator("header")).to_have_text("refunds")
+        await expect(page.locator("#pause")).to_be_hidden()
+        await expect(page.locator('#agent-graph [data-agent="refunds"]')).to_have_class(
+            re.compile(r"\bactive\b")
+        )
+        await expect(page.locator("#chat-log .line.answer")).to_contain_text(
+            '{"approved":true,"by":"Maria"}'
+        )
+        # Selecting the answer lights its run path in the agent graph.
+        await page.locator("#chat-log .msg.agent").last.click()
+        await expect(page.locator('#agent-graph [data-agent="orders"]')).to_have_class(
+            re.compile(r"\bon-path\b")
+        )
+        await expect(inspector.locator(".inspect-event")).to_contain_text(
+            "triage › orders › triage › refunds"
+        )
 
-            shot = await page.screenshot(full_page=True)
-            (tmp_path / "web-ui.png").write_bytes(shot)
-            STABLE_OUTPUT.mkdir(exist_ok=True)
-            (STABLE_OUTPUT / "web-ui.png").write_bytes(shot)
+        shot = await page.screenshot(full_page=True)
+        (tmp_path / "web-ui.png").write_bytes(shot)
+        STABLE_OUTPUT.mkdir(exist_ok=True)
+        (STABLE_OUTPUT / "web-ui.png").write_bytes(shot)
 
-            # What the page showed is what the session stored.
-            async with httpx.AsyncClient(base_url=live_desk.url) as http:
-                stored = (await http.get(f"/sessions/{session_id}")).json()
-            assert stored["state"] == {"user:name": "Ada"}
-            assert stored["events"][-1]["message"]["content"].startswith("Good news: Maria")
-            assert stored["events"][-3]["message"]["role"] == "tool"  # the manager's answer
+        # What the page showed is what the session stored.
+        async with httpx.AsyncClient(base_url=live_desk.url) as http:
+            stored = (await http.get(f"/sessions/{session_id}")).json()
+        assert stored["state"] == {"user:name": "Ada"}
+        assert stored["events"][-1]["message"]["content"].startswith("Good news: Maria")
+        assert stored["events"][-3]["message"]["role"] == "tool"  # the manager's answer
 
-            # Reloaded, the page rebuilds the same conversation from the stored events.
-            await page.reload()
-            await expect(page.locator("#session-list .session.open")).to_have_attribute(
-                "data-id", session_id
-            )
-            await expect(page.locator("#timeline .ev")).to_have_count(len(stored["events"]))
-            await expect(resumed).to_be_visible()
-            await expect(page.locator("#pause")).to_be_hidden()
+        # Reloaded, the page rebuilds the same conversation from the stored events.
+        await page.reload()
+        await expect(page.locator("#session-list .session.open")).to_have_attribute(
+            "data-id", session_id
+        )
+        await expect(page.locator("#timeline .ev")).to_have_count(len(stored["events"]))
+        await expect(resumed).to_be_visible()
+        await expect(page.locator("#pause")).to_be_hidden()
 
-            # Deleting asks once more, then the session is gone.
-            delete = page.locator("#session-list .session.open button.delete")
-            await delete.click()
-            await expect(delete).to_have_text("Delete?")
-            await delete.click()
-            await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
-            await expect(page.locator("#session-title")).to_have_text("no session open")
-            assert problems == []
-        finally:
-            await browser.close()
+        # Deleting asks once more, then the session is gone.
+        delete = page.locator("#session-list .session.open button.delete")
+        await delete.click()
+        await expect(delete).to_have_text("Delete?")
+        await delete.click()
+        await expect(page.locator("#session-list .empty")).to_have_text("No sessions yet.")
+        await expect(page.locator("#session-title")).to_have_text("no session open")
+        assert problems == []
 
 
 def test_relaykit_web_serves_the_ui_and_relaykit_api_does_not(
@@ -379,31 +378,26 @@ def test_relaykit_web_serves_the_ui_and_relaykit_api_does_not(
 async def test_the_page_asks_for_the_api_key_and_then_acts_as_its_user(
     live_desk: LiveServer,
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page()
-            problems = _watch(page)
-            await page.goto(live_desk.url + "/ui/")
-            await expect(page.locator("#status")).to_have_text("This server needs an API key.")
-            await expect(page.locator("#key-form")).to_have_class(re.compile("attention"))
-            await page.fill("#api-key", "wrong")
-            await page.click("#key-form button")
-            await expect(page.locator("#status")).to_have_text("This API key is not accepted.")
-            await page.fill("#api-key", "key-of-ada")
-            await page.click("#key-form button")
-            await expect(page.locator("#status")).to_have_text("connected")
-            await page.click("#new-session")
-            await expect(page.locator("#session-title")).to_contain_text("user ada")
-            await page.fill("#message", "Where is my order 1234?")
-            await page.press("#message", "Enter")
-            await expect(page.locator(".msg.agent")).to_contain_text("Order 1234 has shipped")
-            # The browser only reports the failed calls made without the right key.
-            assert all("401" in p for p in problems), problems
-        finally:
-            await browser.close()
+    async with _page() as page:
+        problems = _watch(page)
+        await page.goto(live_desk.url + "/ui/")
+        await expect(page.locator("#status")).to_have_text("This server needs an API key.")
+        await expect(page.locator("#key-form")).to_have_class(re.compile("attention"))
+        await page.fill("#api-key", "wrong")
+        await page.click("#key-form button")
+        await expect(page.locator("#status")).to_have_text("This API key is not accepted.")
+        await page.fill("#api-key", "key-of-ada")
+        await page.click("#key-form button")
+        await expect(page.locator("#status")).to_have_text("connected")
+        await page.click("#new-session")
+        await expect(page.locator("#session-title")).to_contain_text("user ada")
+        await page.fill("#message", "Where is my order 1234?")
+        await page.press("#message", "Enter")
+        await expect(page.locator(".msg.agent")).to_contain_text("Order 1234 has shipped")
+        # The browser only reports the failed calls made without the right key.
+        assert all("401" in p for p in problems), problems
 
 
 SSE_AND_PAUSES_SCRIPT = """
@@ -481,16 +475,9 @@ async def test_the_pages_sse_reader_pause_finder_timeline_tree_and_graph_layout(
     live_desk: LiveServer,
 ) -> None:
     """The page's own functions, run in Chromium on made-up input."""
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page()
-            await page.goto(live_desk.url + "/ui/")
-            got = await page.evaluate(SSE_AND_PAUSES_SCRIPT)
-        finally:
-            await browser.close()
+    async with _page() as page:
+        await page.goto(live_desk.url + "/ui/")
+        got = await page.evaluate(SSE_AND_PAUSES_SCRIPT)
     assert got["events"] == [
         {"event": "chunk", "data": {"event_id": "e", "delta": "a\nb"}},
         {"event": "done", "data": {"output": "x", "interrupt": None}},
@@ -522,7 +509,7 @@ async def test_the_pages_sse_reader_pause_finder_timeline_tree_and_graph_layout(
 async def test_a_delete_the_server_refuses_is_reported_and_the_session_stays_open(
     live_desk: LiveServer,
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     async def refuse_deletes(route: Any) -> None:
         if route.request.method == "DELETE":
@@ -531,33 +518,28 @@ async def test_a_delete_the_server_refuses_is_reported_and_the_session_stays_ope
         else:
             await route.continue_()
 
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page()
-            await page.goto(live_desk.url + "/ui/")
-            await expect(page.locator("#status")).to_have_text("connected")
-            await page.click("#new-session")
-            title = page.locator("#session-title")
-            await expect(title).to_contain_text("user dev")
-            opened = await title.text_content()
-            await page.route("**/sessions/*", refuse_deletes)
-            delete = page.locator(".session.open .delete")
-            await delete.click()
-            await delete.click()  # the second click confirms
-            await expect(page.locator(".toast.error")).to_contain_text("the store is busy")
-            # The session was not deleted: it stays open and listed.
-            await expect(title).to_have_text(opened or "")
-            await expect(page.locator(".session.open")).to_have_count(1)
-        finally:
-            await browser.close()
+    async with _page() as page:
+        await page.goto(live_desk.url + "/ui/")
+        await expect(page.locator("#status")).to_have_text("connected")
+        await page.click("#new-session")
+        title = page.locator("#session-title")
+        await expect(title).to_contain_text("user dev")
+        opened = await title.text_content()
+        await page.route("**/sessions/*", refuse_deletes)
+        delete = page.locator(".session.open .delete")
+        await delete.click()
+        await delete.click()  # the second click confirms
+        await expect(page.locator(".toast.error")).to_contain_text("the store is busy")
+        # The session was not deleted: it stays open and listed.
+        await expect(title).to_have_text(opened or "")
+        await expect(page.locator(".session.open")).to_have_count(1)
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 async def test_a_stream_cut_mid_event_says_the_turn_goes_on_without_a_parse_error(
     live_desk: LiveServer,
 ) -> None:
-    from playwright.async_api import async_playwright, expect
+    from playwright.async_api import expect
 
     said = (
         '{"id": "u1", "invocation_id": "i1", "author": "user", "agent_name": "", '
@@ -571,28 +553,23 @@ async def test_a_stream_cut_mid_event_says_the_turn_goes_on_without_a_parse_erro
     async def cut_turns(route: Any) -> None:
         await route.fulfill(status=200, content_type="text/event-stream", body=cut)
 
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page()
-            problems = _watch(page)
-            await page.goto(live_desk.url + "/ui/")
-            await expect(page.locator("#status")).to_have_text("connected")
-            await page.click("#new-session")
-            await expect(page.locator("#session-title")).to_contain_text("user dev")
-            await page.route("**/sessions/*/turns", cut_turns)
-            await page.fill("#message", "hello")
-            await page.press("#message", "Enter")
-            await expect(page.locator(".msg.user")).to_contain_text("hello")
-            await expect(page.locator("#chat-log .line.error")).to_contain_text(
-                "The connection closed before the turn ended"
-            )
-            await expect(page.locator("#send")).to_be_enabled()
-            # No JSON parse error reached the person (the cut event is dropped, as SSE says).
-            assert await page.locator(".toast").count() == 0
-            assert problems == []
-        finally:
-            await browser.close()
+    async with _page() as page:
+        problems = _watch(page)
+        await page.goto(live_desk.url + "/ui/")
+        await expect(page.locator("#status")).to_have_text("connected")
+        await page.click("#new-session")
+        await expect(page.locator("#session-title")).to_contain_text("user dev")
+        await page.route("**/sessions/*/turns", cut_turns)
+        await page.fill("#message", "hello")
+        await page.press("#message", "Enter")
+        await expect(page.locator(".msg.user")).to_contain_text("hello")
+        await expect(page.locator("#chat-log .line.error")).to_contain_text(
+            "The connection closed before the turn ended"
+        )
+        await expect(page.locator("#send")).to_be_enabled()
+        # No JSON parse error reached the person (the cut event is dropped, as SSE says).
+        assert await page.locator(".toast").count() == 0
+        assert problems == []
 
 
 EMPTY_ANSWER_SCRIPT = """
@@ -618,16 +595,9 @@ async () => {
 
 @pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 async def test_the_pause_form_sends_no_empty_answer(live_desk: LiveServer) -> None:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as pw:
-        browser = await _browser(pw)
-        try:
-            page = await browser.new_page()
-            await page.goto(live_desk.url + "/ui/")
-            got = await page.evaluate(EMPTY_ANSWER_SCRIPT)
-        finally:
-            await browser.close()
+    async with _page() as page:
+        await page.goto(live_desk.url + "/ui/")
+        got = await page.evaluate(EMPTY_ANSWER_SCRIPT)
     # An Enter or a click with nothing typed resumes nothing; the typed answer goes out.
     assert got["afterEmpty"] == 0 and got["stillOpen"] is True
     assert got["sent"] == [{"kind": "resume", "body": {"targets": {"p1": "yes"}}}]
