@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from relaykit._session_history import STOPPED_TEXT, pending_tool_calls
+from relaykit._session_history import pending_tool_calls, stopped_calls
 from relaykit.agents.chat import ChatModelAgent
 from relaykit.errors import ConfigurationError, ModelError
 from relaykit.events import AgentEvent, AgentOutput, RunPath
@@ -289,13 +289,7 @@ def open_calls(events: Sequence[SessionEvent], pause: SessionPause | None) -> li
     invocation's (abandoned, D12), or those of the latest invocation when it stopped early."""
     if pause is not None:
         return pending_tool_calls(events, pause.invocation_id)
-    if not events:
-        return []
-    latest = events[-1].invocation_id
-    start = len(events)
-    while start > 0 and events[start - 1].invocation_id == latest:
-        start -= 1
-    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
+    return stopped_calls(events)
 
 
 def connection_error(stream: AgentStream, exc: BaseException) -> ModelError:

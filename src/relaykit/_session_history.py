@@ -29,6 +29,7 @@ __all__ = [
     "pending_tool_calls",
     "records_of",
     "routes_of",
+    "stopped_calls",
     "stored_action",
     "superseded_ids",
     "superseding",
@@ -174,6 +175,18 @@ def pending_tool_calls(
         for event, call_id, name in calls
         if call_id not in answered
     ]
+
+
+def stopped_calls(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+    """``pending_tool_calls`` of the latest invocation (its events at the end of ``events``),
+    answered ``STOPPED_TEXT``: the calls it left without a result when it stopped early."""
+    if not events:
+        return []
+    latest = events[-1].invocation_id
+    start = len(events)
+    while start > 0 and events[start - 1].invocation_id == latest:
+        start -= 1
+    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
 
 
 def last_speaker(events: Sequence[SessionEvent], agents: Iterable[str]) -> str | None:

@@ -14,12 +14,12 @@ from relaykit._aio import closing
 from relaykit._cancel import cancelled_event
 from relaykit._invocation import Invocation
 from relaykit._session_history import (
-    STOPPED_TEXT,
     Route,
     earlier_attempt,
     last_speaker,
     pending_tool_calls,
     record_of,
+    stopped_calls,
     stored_action,
     superseding,
     user_record,
@@ -179,14 +179,7 @@ class Run:
         """Answer the calls the latest invocation left without a result when it was stopped
         early, cancelled or killed (no pause waits for them): a history never holds a call
         without its result (providers reject it). Stored, not delivered."""
-        events = cached.events
-        if not events:
-            return
-        latest = events[-1].invocation_id
-        start = len(events)
-        while start > 0 and events[start - 1].invocation_id == latest:
-            start -= 1
-        await self._answer(pending_tool_calls(events[start:], latest, STOPPED_TEXT))
+        await self._answer(stopped_calls(cached.events))
 
     async def supersede(self, cached: _Cached) -> None:
         """A continuation retried (the earlier attempt stopped, failed to store, or died):
