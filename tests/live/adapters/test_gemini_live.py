@@ -55,6 +55,12 @@ async def setup(peer: Peer) -> Any:
     return frame
 
 
+async def quiet(peer: Peer) -> None:
+    """A session that only sets up and waits for the client to close."""
+    await setup(peer)
+    await peer.wait_closed()
+
+
 def text(*chunks: str) -> dict[str, Any]:
     return {
         "serverContent": {"modelTurn": {"role": "model", "parts": [{"text": c} for c in chunks]}}
@@ -67,11 +73,7 @@ TURN_COMPLETE = {"serverContent": {"turnComplete": True}}
 async def test_connect_sends_setup_with_instruction_tools_and_history(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     history = [
         Message.system("You are the desk."),
         Message.user("Weather in Paris?"),
@@ -149,11 +151,7 @@ async def test_connect_sends_setup_with_instruction_tools_and_history(
 async def test_history_ending_with_the_model_waits_for_input_and_audio_asks_for_transcripts(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     config = LiveConfig(
         [Message.user("hi"), Message.assistant("hello")], modalities=("text", "audio")
     )
@@ -176,11 +174,7 @@ async def test_history_ending_with_the_model_waits_for_input_and_audio_asks_for_
 async def test_no_history_sends_only_the_setup(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     conn = await make_model().connect(LiveConfig([Message.system("Be brief.")]))
     await conn.close()
     await gemini_server.finished()
@@ -271,11 +265,7 @@ async def test_tool_call_round_trip(gemini_server: LiveServer, make_model: MakeM
 async def test_a_tool_response_for_an_unknown_call_without_a_name_is_refused(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     conn = await make_model().connect(LiveConfig([]))
     with pytest.raises(ConfigurationError, match="tool_call_id of a call received"):
         await conn.send(Message.tool("21C", tool_call_id="never-called"))
@@ -386,11 +376,7 @@ async def test_audio_out_is_a_blob_and_audio_in_is_realtime_input(
 async def test_send_realtime_refuses_a_blob_that_is_not_audio_or_image(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     conn = await make_model().connect(LiveConfig([]))
     with pytest.raises(
         ConfigurationError, match=r"'application/pdf' \(audio/\* and image/\* only\)"
@@ -542,11 +528,7 @@ def test_no_api_key_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) ->
 
 
 async def test_live_from_string_builds_a_gemini_live_model(gemini_server: LiveServer) -> None:
-    async def script(peer: Peer) -> None:
-        await setup(peer)
-        await peer.wait_closed()
-
-    gemini_server.run(script)
+    gemini_server.run(quiet)
     model = live_from_string(f"gemini:{MODEL}", api_key="gm-test", base_url=gemini_server.http_url)
     assert isinstance(model, GeminiLiveModel)
     conn = await model.connect(LiveConfig([]))
