@@ -16,6 +16,14 @@ USER = "u1"
 SESSION = "s1"
 
 
+@rk.tool
+def lookup(order: str) -> str:
+    """Look an order up."""
+    if order == "0":
+        raise rk.ToolError("order 0 does not exist")
+    return f"order {order} shipped"
+
+
 def partial(text: str, transcription: Any = None) -> LiveResponse:
     """A partial chunk of the model's text (or of a transcription)."""
     return LiveResponse(Message.assistant(text), partial=True, transcription=transcription)

@@ -21,6 +21,7 @@ from tests.live.support import (
     Recorder,
     call,
     live,
+    lookup,
     partial,
     read_all,
     rows,
@@ -31,12 +32,6 @@ from tests.live.support import (
 )
 
 AUDIO = Blob("audio/pcm", b"\x01\x02\x03\x04")
-
-
-@rk.tool
-def lookup(order: str) -> str:
-    """Look an order up."""
-    return f"order {order} shipped"
 
 
 async def test_partial_and_audio_events_are_delivered_but_not_stored(session_service: Any) -> None:

@@ -18,6 +18,7 @@ from tests.live.support import (
     Recorder,
     call,
     live,
+    lookup,
     partial,
     read_all,
     rows,
@@ -26,14 +27,6 @@ from tests.live.support import (
     stored,
     transcript,
 )
-
-
-@rk.tool
-def lookup(order: str) -> str:
-    """Look an order up."""
-    if order == "0":
-        raise rk.ToolError("order 0 does not exist")
-    return f"order {order} shipped"
 
 
 @rk.tool
