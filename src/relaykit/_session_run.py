@@ -261,6 +261,22 @@ class SessionRunner:
             self._cache.popitem(last=False)
         return view, cached
 
+    async def pending_interrupt(self, user_id: str, session_id: str) -> InterruptInfo | None:
+        """The interrupt the session's paused invocation waits on, or None (read as a
+        continuation would: a corrupt or wrongly signed pause is a ``SerializationError``)."""
+        try:
+            ref = SessionRef.of(self.app_name, user_id, session_id)
+        except SessionStoreError as exc:
+            raise ConfigurationError(str(exc)) from None
+        data = await self.service.get_checkpoint(self.app_name, user_id, session_id)
+        if data is None:
+            return None
+        pause = _decode_pause(data, ref)
+        _, interrupted = decode_checkpoint(
+            pause.checkpoint, key=self.signing_key, what=f"the pause of {ref}"
+        )
+        return interrupted
+
     async def _invocation(
         self, turn: _Turn, view: TurnView, cached: _Cached, runs: list[Run]
     ) -> AsyncIterator[AgentEvent]:

@@ -43,6 +43,7 @@ from relaykit.models.live import LiveRunConfig
 from relaykit.options import AgentOptions, normalize_agent_options
 from relaykit.plugins import InvocationContext, Plugin, PluginManager
 from relaykit.results import RunResult, collect
+from relaykit.resume import InterruptInfo
 from relaykit.sessions.base import SessionService
 from relaykit.telemetry import with_tracing
 
@@ -463,6 +464,18 @@ class Runner:
         else:
             msgs = messages
         return await collect(self.run(msgs, **options))
+
+    async def pending_interrupt(self, *, user_id: str, session_id: str) -> InterruptInfo | None:
+        """What a session's paused invocation waits for, or None when nothing waits.
+
+        Session mode only (``ConfigurationError`` otherwise). Its waiting points are what a
+        ``resume(targets=...)`` answers, and a waiting tool call's id is what
+        ``Message.tool(..., tool_call_id=...)`` answers. A pause that cannot be read (corrupt,
+        or signed with another key) raises ``SerializationError``, as resuming it would.
+        """
+        if self._sessions is None:
+            raise ConfigurationError("pending_interrupt needs a Runner with a session_service")
+        return await self._sessions.pending_interrupt(user_id, session_id)
 
     async def invoke_resume(
         self, checkpoint_id: str | None = None, **options: Unpack[ResumeKwargs]

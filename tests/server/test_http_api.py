@@ -140,6 +140,8 @@ async def test_a_pause_answered_by_a_tool_response() -> None:
         point = interrupt["contexts"][0]
         assert point["address"][0] == "agent:triage"
         assert "tool:ask_manager:c9" in point["address"]
+        # The session says what its pause waits for, as the turn's end did.
+        assert (await http.get("/sessions/s1")).json()["pause"] == interrupt
         answer = {"messages": [{"role": "tool", "content": "yes", "tool_call_id": "c9"}]}
         events = await turn(http, "s1", answer)
         assert events[-1][1] == {
@@ -147,6 +149,7 @@ async def test_a_pause_answered_by_a_tool_response() -> None:
             "interrupt": None,
             "session_id": "s1",
         }
+        assert (await http.get("/sessions/s1")).json()["pause"] is None
         wrong = await http.post(
             "/sessions/s1/turns",
             json={"messages": [{"role": "tool", "content": "x", "tool_call_id": "c9"}]},

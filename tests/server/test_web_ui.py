@@ -286,6 +286,12 @@ async def test_chat_transfer_approval_and_resumed_answer_in_chromium(
             second.locator('details.node[data-path="triage/orders/triage/refunds"] .ev')
         ).to_have_count(4)
 
+        # Opened again (a reload): the server's pause of the session brings the form back.
+        await page.reload()
+        card = page.locator("#pause .pause-card")
+        await expect(card).to_contain_text("request_refund")
+        await expect(card).to_contain_text("amount: 59.9")
+
         # The manager approves: the tool response goes out and the answer streams back.
         await card.locator('input[name="reviewer"]').fill("Maria")
         await card.locator("button.approve").click()

@@ -242,8 +242,10 @@ def create_app(
         dependencies=[_NO_QUERY],
     )
     async def get_session(session_id: str, user: User) -> SessionDetailOut:
-        """The session with its state and every stored event."""
-        return SessionDetailOut.of_full(await owned(user, session_id))
+        """The session with its state, every stored event, and what its pause waits for."""
+        session = await owned(user, session_id)
+        pause = await runner.pending_interrupt(user_id=user, session_id=session_id)
+        return SessionDetailOut.of_full(session, pause)
 
     @app.delete(
         "/sessions/{session_id}", status_code=204, responses=ERRORS, dependencies=[_NO_QUERY]

@@ -442,15 +442,27 @@ class SessionOut(BaseModel):
 
 
 class SessionDetailOut(SessionOut):
-    """A session with its state and every stored event."""
+    """A session with its state, every stored event, and what its pause waits for."""
 
     events: list[EventOut]
+    pause: InterruptOut | None = Field(
+        default=None,
+        description=(
+            "The waiting points of the session's paused invocation (answer a tool call with a "
+            "tool message naming its id, any point with resume targets); null when nothing "
+            "waits."
+        ),
+    )
 
     @classmethod
-    def of_full(cls, session: Session) -> SessionDetailOut:
-        """The session with its events."""
+    def of_full(cls, session: Session, pause: InterruptInfo | None = None) -> SessionDetailOut:
+        """The session with its events and pause."""
         base = SessionOut.of(session)
-        return cls(**base.model_dump(), events=[EventOut.of_stored(e) for e in session.events])
+        return cls(
+            **base.model_dump(),
+            events=[EventOut.of_stored(e) for e in session.events],
+            pause=InterruptOut.of(pause) if pause is not None else None,
+        )
 
 
 def agent_tree(agent: Any, seen: set[int] | None = None) -> AgentOut:

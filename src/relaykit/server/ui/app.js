@@ -168,9 +168,27 @@ async function load(id) {
   state.session = session;
   state.events = session.events;
   state.selected = null;
-  state.pending = pendingPause(state.events);
+  state.pending = storedPause(session);
   history.replaceState(null, "", `#session=${encodeURIComponent(id)}`);
   drawAll();
+}
+
+/** The session's pause as the server keeps it (null when nothing waits), with the author of
+ * the event that paused when the events show it. */
+function storedPause(session) {
+  if (!session.pause || !session.pause.contexts.length) return null;
+  const shown = pendingPause(session.events);
+  return { author: shown ? shown.author : pauseAuthor(session.pause), contexts: session.pause.contexts };
+}
+
+/** The agent a waiting point names (`agent:<name>` in its address), for a pause whose event
+ * is not the last one shown. */
+function pauseAuthor(pause) {
+  for (const point of pause.contexts) {
+    const agents = point.address.filter((part) => part.startsWith("agent:"));
+    if (agents.length) return agents[agents.length - 1].slice("agent:".length);
+  }
+  return "an agent";
 }
 
 function newSession() {
@@ -253,8 +271,9 @@ async function runTurn(start) {
     state.pending = pendingPause(state.events); // refused: the pause (if any) still waits
   }
   try {
-    const fresh = await api.getSession(id); // the state after the turn
+    const fresh = await api.getSession(id); // the state after the turn, and its pause
     state.session = { ...fresh, events: state.events };
+    if (done || failed) state.pending = storedPause(fresh);
   } catch (error) {
     report(error);
   }
