@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from relaykit.errors import RelayKitError
 from relaykit.runner import Runner
-from relaykit.sessions.base import SessionService
+from relaykit.sessions.base import Session, SessionService
 
 from ._chat import Chat
 from ._database import missing_database, open_sessions, shown_database
@@ -228,6 +228,16 @@ def sessions_list(app_spec: AppArg, user: UserOpt = DEFAULT_USER, db: DbOpt = No
 SessionArg = Annotated[str, typer.Argument(help="The session id.", show_default=False)]
 
 
+async def _stored_session(
+    service: SessionService, app_name: str, user: str, session_id: str
+) -> Session:
+    """The stored session, or the CLI's error naming what was looked for."""
+    found = await service.get_session(app_name, user, session_id)
+    if found is None:
+        raise CliError(f"no session {session_id!r} of user {user!r} in app {app_name!r}")
+    return found
+
+
 @sessions_app.command("show")
 def sessions_show(
     app_spec: AppArg, session_id: SessionArg, user: UserOpt = DEFAULT_USER, db: DbOpt = None
@@ -238,9 +248,7 @@ def sessions_show(
     _no_database(loaded, db, session_id, user)
 
     async def show(service: SessionService, app_name: str) -> None:
-        found = await service.get_session(app_name, user, session_id)
-        if found is None:
-            raise CliError(f"no session {session_id!r} of user {user!r} in app {app_name!r}")
+        found = await _stored_session(service, app_name, user, session_id)
         paused = await service.get_checkpoint(app_name, user, session_id) is not None
         show_session(console, found, paused)
 
@@ -257,8 +265,7 @@ def sessions_delete(
     _no_database(loaded, db, session_id, user)
 
     async def delete(service: SessionService, app_name: str) -> None:
-        if await service.get_session(app_name, user, session_id) is None:
-            raise CliError(f"no session {session_id!r} of user {user!r} in app {app_name!r}")
+        await _stored_session(service, app_name, user, session_id)
         await service.delete_session(app_name, user, session_id)
         console.print(f"deleted session {escape(session_id)}")
 
