@@ -59,6 +59,23 @@ function drawGraph() {
   replace(box, agentGraph(state.tree, { active: currentSpeaker(state.events), onPath, maxWidth }));
 }
 
+// The delete button waiting for its confirming click. It lives here, not on the button, so a
+// redraw of the list (another tab's session, a list that loaded late) keeps it.
+let confirming = null; // { id, timer }
+
+function arm(id) {
+  disarm();
+  confirming = { id, timer: setTimeout(() => { confirming = null; drawSessions(); }, 4000) };
+  drawSessions();
+}
+
+function disarm() {
+  if (!confirming) return;
+  clearTimeout(confirming.timer);
+  confirming = null;
+  drawSessions();
+}
+
 function drawSessions() {
   const list = $("session-list");
   if (!state.sessions.length) {
@@ -69,18 +86,18 @@ function drawSessions() {
     list,
     [...state.sessions].reverse().map((session) => {
       const open = state.session && state.session.id === session.id;
-      const remove = h("button", { type: "button", class: "delete", "aria-label": `Delete session ${session.id}`, title: "Delete" }, "×");
+      const armed = confirming && confirming.id === session.id;
+      const remove = h(
+        "button",
+        { type: "button", class: armed ? "delete armed" : "delete", "aria-label": `Delete session ${session.id}`, title: "Delete" },
+        armed ? "Delete?" : "×",
+      );
       remove.addEventListener("click", (e) => {
         e.stopPropagation();
-        if (remove.dataset.confirm) deleteSession(session.id);
-        else {
-          remove.dataset.confirm = "1";
-          remove.textContent = "Delete?";
-          setTimeout(() => {
-            delete remove.dataset.confirm;
-            remove.textContent = "×";
-          }, 4000);
-        }
+        if (confirming && confirming.id === session.id) {
+          disarm();
+          deleteSession(session.id);
+        } else arm(session.id);
       });
       return h(
         "li",
@@ -192,6 +209,7 @@ function pauseAuthor(pause) {
 }
 
 function newSession() {
+  opening++; // the user chose: a session the page is still opening on its own is dropped
   const created = (async () => {
     try {
       const session = await api.createSession({});
