@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from relaykit.cancel import CancelMode, RunHandle
 from relaykit.errors import (
     ConfigurationError,
     SerializationError,
@@ -22,6 +23,8 @@ from relaykit.runner import Runner
 from relaykit.server._errors import ERRORS, ApiError, from_exception, install_handlers, refused
 from relaykit.server._models import (
     AgentOut,
+    CancelIn,
+    CancelOut,
     CreateSessionIn,
     EventOut,
     HealthOut,
@@ -150,6 +153,9 @@ def create_app(
     service: SessionService = runner.session_service
     app_name = runner.app_name
     tasks: set[asyncio.Task[None]] = set()
+    # The turns running in this process, by (user, session), for POST .../cancel. The session
+    # lock lets one turn of a session run at a time, so a key holds at most one.
+    running: dict[tuple[str, str], RunHandle] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -302,6 +308,16 @@ def create_app(
         if first.kind == "failed":
             assert first.error is not None
             raise from_exception(first.error)
+        if isinstance(events, RunHandle) and not turn.task.done():
+            # Started: the turn holds the session's lock (kept until its task ends).
+            key = (user, session_id)
+            running[key] = events
+
+            def forget(_: asyncio.Task[None]) -> None:
+                if running.get(key) is events:
+                    del running[key]
+
+            turn.task.add_done_callback(forget)
         if not stream:
             collected = [first]
             async for batch in turn.batches():
@@ -362,6 +378,32 @@ def create_app(
             lambda: runner.resume(user_id=user, session_id=session_id, targets=body.targets),
             body.stream,
         )
+
+    @app.post(
+        "/sessions/{session_id}/cancel",
+        response_model=CancelOut,
+        responses=ERRORS,
+        dependencies=[_NO_QUERY],
+    )
+    async def cancel(session_id: str, body: CancelIn, user: User) -> CancelOut:
+        """Stop the session's running turn at a safe point and keep it as the session's pause
+        (``resume`` continues it, a new turn abandons it); 409 when no turn of the session
+        runs in this server process."""
+        await head(user, session_id)
+        handle = running.get((user, session_id))
+        if handle is None:
+            raise ApiError(
+                409,
+                "not_running",
+                "no turn of this session is running in this server (it ended, or another "
+                "server process runs it)",
+            )
+        # Shielded: a client that goes away does not take the cancel's timeout with it (the
+        # run would wait for its safe point with no escalation).
+        outcome = await asyncio.shield(
+            asyncio.ensure_future(handle.cancel(CancelMode(body.mode), timeout=body.timeout))
+        )
+        return CancelOut.of(outcome)
 
     def openapi() -> dict[str, Any]:
         """FastAPI's document plus the event stream's models and the API key's scheme."""

@@ -67,7 +67,8 @@ _STATUS_TEXT = {
     400: "the request is malformed",
     401: "no API key, or an unknown one",
     404: "an unknown session (another user's too), or an unknown path",
-    409: "the session is busy, exists already, or its pause does not wait for that answer",
+    409: "the session is busy, exists already, its pause does not wait for that answer, or "
+    "(a cancel) no turn of it runs in this server",
     415: "the body is not sent as JSON (Content-Type: application/json)",
     422: "the body or a parameter is invalid, or the Runner refused the call",
     500: "a bug in the server or the app (the message says no more: see the server log)",

@@ -15,6 +15,7 @@ from fastapi.encoders import jsonable_encoder
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from relaykit._tree import unwrap_layers
+from relaykit.cancel import Cancelled, CancelOutcome
 from relaykit.events import AgentAction, AgentEvent
 from relaykit.messages import Message
 from relaykit.resume import InterruptInfo
@@ -23,6 +24,9 @@ from relaykit.sessions.base import Session, SessionEvent
 __all__ = [
     "ActionOut",
     "AgentOut",
+    "CancelIn",
+    "CancelOut",
+    "CancelledOut",
     "ChunkOut",
     "CreateSessionIn",
     "DiscardOut",
@@ -75,6 +79,8 @@ def _as_text(value: Any) -> str:
 #: What a state key a client sends looks like (checked by the server, which says what is
 #: wrong in words): 1 to 255 characters without NUL after an optional ``user:`` or ``temp:``
 #: prefix; ``app:`` keys are the server's own.
+#: The longest ``timeout`` a cancel request may give (seconds).
+MAX_CANCEL_TIMEOUT = 3600.0
 STATE_KEY_PATTERN = r"^(?!app:)(?!(?:user|temp):$)(?:(?:user|temp):)?[^\x00]{1,255}$"
 _STATE_KEYS: dict[str, Any] = {"propertyNames": {"pattern": STATE_KEY_PATTERN}}
 
@@ -186,6 +192,27 @@ class ResumeIn(BaseModel):
     stream: bool = Field(default=True, description="Server-sent events; false: one JSON body.")
 
 
+class CancelIn(BaseModel):
+    """``POST /sessions/{id}/cancel``: where the running turn stops."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["immediate", "after_model", "after_tools"] = Field(
+        default="immediate",
+        description="immediate: cut the model call, tool calls and stream in progress; "
+        "after_model: once the model call in progress has completed, before its tools run; "
+        "after_tools: once the tool batch in progress has finished.",
+    )
+    timeout: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_CANCEL_TIMEOUT,
+        allow_inf_nan=False,
+        description="Seconds to wait for the safe point before the cancel becomes immediate "
+        "(none: as long as it takes).",
+    )
+
+
 # -- responses -----------------------------------------------------------------------------
 class HealthOut(BaseModel):
     """``GET /health``."""
@@ -209,6 +236,7 @@ ErrorType = Literal[
     "not_found",
     "method_not_allowed",
     "unsupported_media_type",
+    "not_running",
     "SessionNotFoundError",
     "SessionExistsError",
     "SessionBusyError",
@@ -234,7 +262,8 @@ class ErrorDetail(BaseModel):
             "`bad_request` (400), `unauthorized` (401), `not_found` (404: an unknown path or "
             "`after` event), "
             "`method_not_allowed` (405), `unsupported_media_type` (415: the body is not "
-            "sent as JSON); relaykit errors by class name: `SessionNotFoundError` (404), "
+            "sent as JSON), `not_running` (409: a cancel, and no turn of the session runs in "
+            "this server); relaykit errors by class name: `SessionNotFoundError` (404), "
             "`SessionExistsError`, `SessionBusyError`, `CheckpointNotFoundError`, "
             "`CheckpointBusyError`, `ResumeTargetError` (409), `ConfigurationError`, "
             "`SerializationError` (422), `SessionStoreError` (503); `unavailable` (503: the "
@@ -288,23 +317,77 @@ class InterruptPointOut(BaseModel):
     id: str
     info: str = Field(description="What the agent asked (JSON text when not a string).")
     address: list[str] = Field(description="Where it waits: `agent:<name>`, `tool:<name>:<id>`.")
+    cancelled: bool = Field(
+        default=False,
+        description="A point where a cancel stopped the run: it takes no answer, a resume "
+        "continues it.",
+    )
+
+
+class CancelledOut(BaseModel):
+    """What stopped a cancelled run (``POST /sessions/{id}/cancel``)."""
+
+    mode: Literal["immediate", "after_model", "after_tools"]
+    escalated: bool = Field(
+        description="The safe point was not reached within the cancel's timeout: it became "
+        "immediate."
+    )
 
 
 class InterruptOut(BaseModel):
     """A pause: its waiting points."""
 
     contexts: list[InterruptPointOut]
+    cancelled: CancelledOut | None = Field(
+        default=None,
+        description="Set when a cancel paused the run: a resume without targets continues it.",
+    )
 
     @classmethod
     def of(cls, info: InterruptInfo) -> InterruptOut:
         """The interrupt as the API shows it."""
+        data = info.data
         return cls(
             contexts=[
                 InterruptPointOut(
-                    id=str(p.id), info=_as_text(p.info), address=[str(s) for s in p.address]
+                    id=str(p.id),
+                    info=_as_text(p.info),
+                    address=[str(s) for s in p.address],
+                    cancelled=isinstance(p.info, Cancelled),
                 )
                 for p in info.contexts
-            ]
+            ],
+            cancelled=CancelledOut(mode=data.mode.value, escalated=data.escalated)
+            if isinstance(data, Cancelled)
+            else None,
+        )
+
+
+class CancelOut(BaseModel):
+    """``POST /sessions/{id}/cancel``: what the cancel did."""
+
+    already_ended: bool = Field(
+        description="The turn ended (completed, failed or paused on its own) before the cancel "
+        "could stop it: there is nothing to continue."
+    )
+    timed_out: bool = Field(
+        description="The safe point was not reached within ``timeout``: the cancel became "
+        "immediate."
+    )
+    interrupt: InterruptOut | None = Field(
+        description="The pause the cancel left (its ``cancelled`` set); a resume continues it."
+    )
+
+    @classmethod
+    def of(cls, outcome: CancelOutcome) -> CancelOut:
+        """The outcome as the API shows it."""
+        interrupt = outcome.interrupt
+        return cls(
+            already_ended=outcome.already_ended,
+            timed_out=outcome.timed_out,
+            interrupt=InterruptOut.of(interrupt)
+            if interrupt is not None and interrupt.contexts
+            else None,
         )
 
 
