@@ -16,7 +16,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ import httpx
 import pytest
 from examples import support_desk
 
+import relaykit as rk
+from relaykit import Message, ToolCall
 from relaykit.server import create_app
 from relaykit.server._ui import CONTENT_SECURITY_POLICY, ui_files
 from tests.server.support import app_client, desk
@@ -143,7 +145,11 @@ def live_desk(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LiveSe
     yield from _serve(tmp_path, getattr(request, "param", None))
 
 
-def _serve(tmp_path: Path, api_keys: Mapping[str, str] | None) -> Iterator[LiveServer]:
+def _serve(
+    tmp_path: Path,
+    api_keys: Mapping[str, str] | None,
+    make_runner: Callable[..., Any] = support_desk.make_runner,
+) -> Iterator[LiveServer]:
     import uvicorn
 
     from relaykit.sessions.database import DatabaseSessionService
@@ -156,7 +162,7 @@ def _serve(tmp_path: Path, api_keys: Mapping[str, str] | None) -> Iterator[LiveS
 
     async def main() -> None:
         async with DatabaseSessionService(live.database) as service:
-            runner = support_desk.make_runner(session_service=service)
+            runner = make_runner(session_service=service)
             app = create_app(runner, api_keys=api_keys, ui=True)
             server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
             servers.append(server)
@@ -607,3 +613,80 @@ async def test_the_pause_form_sends_no_empty_answer(live_desk: LiveServer) -> No
     # An Enter or a click with nothing typed resumes nothing; the typed answer goes out.
     assert got["afterEmpty"] == 0 and got["stillOpen"] is True
     assert got["sent"] == [{"kind": "resume", "body": {"targets": {"p1": "yes"}}}]
+
+
+def _slow_orders(session_service: Any) -> rk.Runner:
+    """An agent whose first lookup hangs until a cancel cuts it (later ones answer at once)."""
+    calls: list[str] = []
+
+    @rk.tool
+    async def lookup(order: str) -> str:
+        """Look an order up.
+
+        Args:
+            order: the order's number
+        """
+        calls.append(order)
+        if len(calls) == 1:
+            await asyncio.Event().wait()  # only a cut ends it
+        return f"order {order} left on Monday"
+
+    model = rk.ScriptedModel(
+        [
+            Message.assistant("", [ToolCall("c1", "lookup", '{"order": "7"}')]),
+            Message.assistant("Order 7 left on Monday."),
+        ]
+    )
+    agent = rk.ChatModelAgent("orders", "answers", "Answer.", model=model, tools=[lookup])
+    return rk.Runner(agent, app_name="shop", session_service=session_service)
+
+
+@pytest.fixture
+def slow_orders(tmp_path: Path) -> Iterator[LiveServer]:
+    yield from _serve(tmp_path, None, _slow_orders)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_stop_pauses_the_running_turn_and_continue_finishes_it(
+    slow_orders: LiveServer,
+) -> None:
+    from playwright.async_api import expect
+
+    async with _page() as page:
+        problems = _watch(page)
+        await page.goto(slow_orders.url + "/ui/")
+        await expect(page.locator("#status")).to_have_text("connected")
+        await page.click("#new-session")
+        await expect(page.locator("#session-title")).to_contain_text("user dev")
+        session_id = await page.locator("#session-list .session.open").get_attribute("data-id")
+        await expect(page.locator("#stop")).to_be_hidden()
+        await page.fill("#message", "Where is order 7?")
+        await page.press("#message", "Enter")
+        # The tool call is shown (and stored); the tool hangs: Stop replaces Send.
+        await expect(page.locator("#chat-log")).to_contain_text("orders calls lookup")
+        await expect(page.locator("#send")).to_be_hidden()
+        await page.click("#stop")
+        pause = page.locator("#pause")
+        await expect(pause.locator(".pause-title")).to_contain_text("Stopped")
+        await expect(pause.locator(".pause-card.stopped")).to_contain_text(
+            "stopped by a cancel at the call of lookup"
+        )
+        await expect(page.locator("#send")).to_be_enabled()
+        await expect(page.locator("#stop")).to_be_hidden()
+        # The session keeps the pause: a reload offers it again.
+        await page.reload()
+        await expect(pause.locator(".pause-card.stopped")).to_be_visible()
+        await pause.locator("button.continue").click()
+        await expect(page.locator(".msg.agent", has_text="Order 7 left on Monday.")).to_be_visible()
+        await expect(pause).to_be_hidden()
+        assert problems == []
+
+    async with httpx.AsyncClient(base_url=slow_orders.url) as http:
+        stored = (await http.get(f"/sessions/{session_id}")).json()
+    assert stored["pause"] is None
+    results = [
+        e["message"]["content"]
+        for e in stored["events"]
+        if e["message"] is not None and e["message"]["role"] == "tool"
+    ]
+    assert results == ["order 7 left on Monday"]  # the cut call ran again, once

@@ -67,6 +67,8 @@ export const api = {
   turn: (id, body) => stream(`${sessionPath(id)}/turns`, body),
   /** A resume of the session's pause, as turn. */
   resume: (id, body) => stream(`${sessionPath(id)}/resume`, body),
+  /** Stop the session's running turn at a safe point (its pause then waits for a resume). */
+  cancel: (id, body) => call("POST", `${sessionPath(id)}/cancel`, body),
 };
 
 async function* stream(path, body) {

@@ -122,9 +122,12 @@ function drawPause() {
     return;
   }
   box.hidden = false;
+  const title = state.pending.contexts.some((p) => p.cancelled)
+    ? "Stopped — continue it, or send a new message to abandon it."
+    : "Waiting for you — or send a new message to abandon the pause.";
   replace(
     box,
-    h("p", { class: "pause-title" }, "Waiting for you — or send a new message to abandon the pause."),
+    h("p", { class: "pause-title" }, title),
     pauseForm(state.pending, answerPause),
   );
 }
@@ -154,6 +157,13 @@ function select(event) {
 function setBusy(busy) {
   state.busy = busy;
   $("send").disabled = busy;
+  $("send").hidden = busy;
+  const stop = $("stop");
+  stop.hidden = !busy;
+  if (!busy) {
+    stop.disabled = false;
+    stop.textContent = "Stop";
+  }
   $("composer").classList.toggle("busy", busy);
   chat.working(busy);
 }
@@ -325,6 +335,21 @@ async function send(event) {
   $("message").focus();
 }
 
+/** Stop the running turn: the server keeps it as the session's pause, which the turn's own
+ * stream then ends with (its form offers Continue). */
+async function stop() {
+  if (!state.busy || !state.session) return;
+  const button = $("stop");
+  button.disabled = true;
+  button.textContent = "Stopping…";
+  try {
+    await api.cancel(state.session.id, { mode: "immediate" });
+  } catch (error) {
+    // The turn ended meanwhile: nothing to stop.
+    if (!(error instanceof ApiError && error.type === "not_running")) report(error);
+  }
+}
+
 function answerPause(answer) {
   if (answer.kind === "turn") runTurn((id) => api.turn(id, answer.body));
   else runTurn((id) => api.resume(id, answer.body));
@@ -375,6 +400,7 @@ $("message").addEventListener("keydown", (e) => {
   }
 });
 $("new-session").addEventListener("click", newSession);
+$("stop").addEventListener("click", stop);
 $("api-key").value = apiKey();
 $("key-form").addEventListener("submit", (e) => {
   e.preventDefault();

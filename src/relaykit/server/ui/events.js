@@ -56,8 +56,16 @@ export function toolPause(point) {
   return null;
 }
 
+/** Where a point a cancel stopped was: "the call of lookup", "agent orders". */
+function stoppedAt(point) {
+  const last = point.address[point.address.length - 1] || "";
+  if (last.startsWith("tool:")) return `the call of ${last.split(":")[1]}`;
+  return last.startsWith("agent:") ? `agent ${last.slice("agent:".length)}` : last || "the run";
+}
+
 /** What a waiting point asks, in one line. */
 export function pointText(point) {
+  if (point.cancelled) return `stopped by a cancel at ${stoppedAt(point)}: continue to run it`;
   const tool = toolPause(point);
   if (tool) return `${tool.tool}(${clip(argumentsText(JSON.stringify(tool.arguments ?? {})), 80)}) waits for its result`;
   const info = parseJson(point.info);

@@ -17,8 +17,30 @@ function answerValue(text) {
 export function pauseForm(pending, submit) {
   const answers = new Map();
   const status = h("p", { class: "pause-status" });
-  const points = pending.contexts;
+  // Points a cancel stopped take no answer: a resume continues them, with the others' answers.
+  const stopped = pending.contexts.filter((p) => p.cancelled);
+  const points = pending.contexts.filter((p) => !p.cancelled);
   const form = h("div", { class: "pause-form" });
+  if (stopped.length) form.append(stoppedCard(stopped, pending.author, points.length > 0));
+  if (!points.length) {
+    form.append(
+      h(
+        "button",
+        {
+          type: "button",
+          class: "primary continue",
+          onclick: (e) => {
+            e.target.disabled = true;
+            status.textContent = "sending…";
+            submit({ kind: "resume", body: {} });
+          },
+        },
+        "Continue",
+      ),
+      status,
+    );
+    return form;
+  }
 
   function answered(point, answer, card) {
     answers.set(point.id, answer);
@@ -29,7 +51,7 @@ export function pauseForm(pending, submit) {
       return;
     }
     status.textContent = "sending…";
-    if (points.every((p) => answers.get(p.id).kind === "tool")) {
+    if (!stopped.length && points.every((p) => answers.get(p.id).kind === "tool")) {
       const messages = points.map((p) => ({
         role: "tool",
         tool_call_id: answers.get(p.id).callId,
@@ -68,6 +90,26 @@ export function pauseForm(pending, submit) {
   }
   form.append(status);
   return form;
+}
+
+function stoppedCard(stopped, author, withQuestions) {
+  return h(
+    "article",
+    { class: "pause-card stopped", dataset: { points: stopped.map((p) => p.id).join(" ") } },
+    h("header", {}, h("span", { class: "pill pause" }, "stopped"), ` ${author}'s turn was cancelled`),
+    h(
+      "ul",
+      { class: "muted" },
+      stopped.map((p) => h("li", {}, pointText(p))),
+    ),
+    h(
+      "p",
+      { class: "muted" },
+      withQuestions
+        ? "Answer the points below: the resume also continues what was stopped (a cut tool call runs again)."
+        : "Continue runs it from there (what finished does not run again; a cut tool call runs again).",
+    ),
+  );
 }
 
 function toolCard(point, tool, author, answered) {
