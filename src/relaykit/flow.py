@@ -10,8 +10,8 @@ plugins it runs the ``before_agent`` / ``after_agent`` hooks around its agent (r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast, final
 
 from relaykit._agent_hooks import HeldExit, after_agent_event, before_agent, ended_in_failure
 from relaykit._agent_hooks import answer as hook_answer
@@ -68,6 +68,36 @@ _Start = Callable[
     [RunContext, _Arg, dict[str, Any]],
     Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None", "Invocation | None"]],
 ]
+
+
+@final
+class Delegation:
+    """What a flow agent's stream yields in a flat run (``FlowAgent.run_flat``) where it would
+    forward a transfer target's events: the target's stream, for the Runner to iterate.
+
+    Every level of a tree that forwards its target's events is one more generator step per
+    event; in a flat run the Runner iterates the innermost stream itself, applies each
+    delegating flow agent's pending chain to the events (``pending``, D3), and sends the
+    target's last event back (``asend``) when the target's stream ends -- or throws what it
+    raised into the delegating stream (``athrow``), as ``yield from`` would. Nothing outside
+    the Runner ever sees one: ``run`` and ``resume`` forward the events themselves.
+    """
+
+    __slots__ = ("ctx", "events", "pending")
+
+    def __init__(
+        self,
+        events: AsyncIterator[AgentEvent | Delegation],
+        ctx: RunContext,
+        pending: PendingChain | None,
+    ) -> None:
+        #: The transfer target's stream.
+        self.events = events
+        #: The delegating flow agent's context (its address keys the pending chain).
+        self.ctx = ctx
+        #: The rest of the delegating flow agent's transfer chain, saved on an interrupt of
+        #: the target's (``FlowAgent._with_pending``); None when nothing follows the target.
+        self.pending = pending
 
 
 class FlowAgent:
@@ -176,7 +206,30 @@ class FlowAgent:
         child = self._enter(ctx)
         if not ctx.run_path and input is not None:
             child.root_input = input
-        return self._drive(child, self._start_run, input, options)
+        return cast(
+            "AsyncIterator[AgentEvent]", self._drive(child, self._start_run, input, options, False)
+        )
+
+    def run_flat(
+        self, ctx: RunContext, input: AgentInput
+    ) -> AsyncIterator[AgentEvent | Delegation]:
+        """``run`` for the Runner: the stream yields a ``Delegation`` where a transfer target
+        runs, for the Runner to iterate the target's stream itself (one generator step per
+        event however deep the tree). A subclass that overrides ``run`` is run by it."""
+        if type(self).run is not FlowAgent.run:
+            return self.run(ctx, input)
+        child = self._enter(ctx)
+        if not ctx.run_path:
+            child.root_input = input
+        return self._drive(child, self._start_run, input, {}, True)
+
+    def resume_flat(
+        self, ctx: RunContext, info: ResumeInfo
+    ) -> AsyncIterator[AgentEvent | Delegation]:
+        """``resume`` for the Runner, its transfer targets delegated as in ``run_flat``."""
+        if type(self).resume is not FlowAgent.resume:
+            return self.resume(ctx, info)
+        return self._drive(self._enter(ctx), self._start_resume, info, {}, True)
 
     def resume(
         self, ctx: RunContext, info: ResumeInfo, **options: Any
@@ -188,7 +241,10 @@ class FlowAgent:
             info: the resume as the parent hands it on.
             **options: per-run options, passed on.
         """
-        return self._drive(self._enter(ctx), self._start_resume, info, options)
+        return cast(
+            "AsyncIterator[AgentEvent]",
+            self._drive(self._enter(ctx), self._start_resume, info, options, False),
+        )
 
     async def _start_run(
         self, child: RunContext, input: AgentInput | None, options: dict[str, Any]
@@ -295,8 +351,13 @@ class FlowAgent:
 
     # -- the run loop ----------------------------------------------------------------------
     async def _drive(
-        self, ctx: RunContext, start: _Start[_Arg], arg: _Arg, options: dict[str, Any]
-    ) -> AsyncIterator[AgentEvent]:
+        self,
+        ctx: RunContext,
+        start: _Start[_Arg],
+        arg: _Arg,
+        options: dict[str, Any],
+        flat: bool,
+    ) -> AsyncGenerator[AgentEvent | Delegation, AgentEvent | None]:
         """Stamp, record and forward the agent's events; then run the transfer chain its
         stream ended with (or, after a resume passed down, the chain saved for this agent).
 
@@ -311,6 +372,9 @@ class FlowAgent:
         error), its message delivered after the agent's own events and before a transfer's
         target runs. An exit stays the agent's last event: while ``after_agent`` may follow,
         an own exit is held (``HeldExit``) and delivered after the hook's message.
+
+        ``flat`` (``run_flat``): a transfer target's stream is handed to the Runner as a
+        ``Delegation`` (the Runner sends back its last event) instead of forwarded here.
         """
         name, path, history = self.name, ctx.run_path, ctx.history
         record = history.events.append
@@ -453,12 +517,22 @@ class FlowAgent:
                     else None
                 )
                 last = None
-                async with closing(target.run(ctx, None, **options)) as sub_events:
-                    async for ev in sub_events:
-                        last = ev
-                        if rest is not None:
-                            ev = self._with_pending(ctx, ev, rest)
-                        yield ev
+                if flat:  # the Runner iterates the target's stream and sends its last event
+                    events: AsyncIterator[AgentEvent | Delegation]
+                    if type(target).run is FlowAgent.run:
+                        events = target._drive(
+                            target._enter(ctx), target._start_run, None, options, True
+                        )
+                    else:
+                        events = target.run(ctx, None, **options)
+                    last = yield Delegation(events, ctx, rest)
+                else:
+                    async with closing(target.run(ctx, None, **options)) as sub_events:
+                        async for ev in sub_events:
+                            last = ev
+                            if rest is not None:
+                                ev = self._with_pending(ctx, ev, rest)
+                            yield ev
                 if await ended_abnormally(last):
                     return
             if not chain.groups:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from typing import Any, TypedDict, Unpack
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypedDict, Unpack, cast
 
 from relaykit._aio import closing
 from relaykit._cancel import CancelSignal, cancelled_event
@@ -35,7 +36,7 @@ from relaykit.errors import (
     RunnerError,
 )
 from relaykit.events import AgentEvent
-from relaykit.flow import FlowAgent, as_flow_agent
+from relaykit.flow import Delegation, FlowAgent, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.memory import MemoryService
 from relaykit.messages import Message
@@ -336,7 +337,7 @@ class Runner:
         if self.artifact_service is not None or self.memory_service is not None:
             self._invocation(ctx)
         return RunHandle(
-            self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None), cancel
+            self._drive(ctx, self._root.run_flat(ctx, root_input), checkpoint_id, None), cancel
         )
 
     def query(self, text: str, **options: Unpack[RunKwargs]) -> RunHandle:
@@ -563,7 +564,7 @@ class Runner:
     ) -> AsyncGenerator[AgentEvent, None]:
         """An Eino-mode run with plugins (see ``plugin_lifecycle``)."""
         context = self._invocation(ctx)
-        start = lambda: self._drive(ctx, self._root.run(ctx, root_input), checkpoint_id, None)  # noqa: E731
+        start = lambda: self._drive(ctx, self._root.run_flat(ctx, root_input), checkpoint_id, None)  # noqa: E731
         async with closing(
             plugin_lifecycle(self._plugins, self._root.name, context, root_input.messages, start)
         ) as events:
@@ -606,7 +607,7 @@ class Runner:
                 if self._plugins or self.artifact_service or self.memory_service
                 else None
             )
-            gen = self._root.resume(ctx, cp.resume_info(interrupted))
+            gen = self._root.resume_flat(ctx, cp.resume_info(interrupted))
         except BaseException:
             # Nothing ran: the checkpoint stays, unclaimed, for a resume that can use it.
             await claim.release()
@@ -631,18 +632,74 @@ class Runner:
     async def _drive(
         self,
         ctx: RunContext,
-        gen: AsyncIterator[AgentEvent],
+        gen: AsyncIterator[AgentEvent | Delegation],
         checkpoint_id: str | None,
         claim: Claim | None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """The one path of every run and resume: forward events, save the checkpoint when
-        the run interrupts, consume (or release) a resumed checkpoint when it ends."""
+        the run interrupts, consume (or release) a resumed checkpoint when it ends.
+
+        ``gen`` is a flat run (``FlowAgent.run_flat``): where a flow agent hands a transfer
+        target's stream up (a ``Delegation``), the target's stream is iterated here, as
+        ``yield from`` would -- its last event sent to the delegating stream when it ends,
+        what it raises thrown into it -- so that an event takes one generator step from the
+        agent that yielded it to the caller, however deep the tree.
+        """
         interrupted = False
         ended = False
+        # The delegating streams below ``top`` (innermost last), each with its delegation and
+        # the last event of its own stream before it delegated.
+        stack: list[_Delegating] = []
+        top = gen
         try:
             try:
-                async with closing(gen):
-                    async for ev in gen:
+                try:
+                    step: Callable[[], Awaitable[AgentEvent | Delegation]] = gen.__anext__
+                    anext = step
+                    last: AgentEvent | None = None  # the last event of ``top``'s stream
+                    pending = 0  # how many delegations in ``stack`` have a pending chain
+                    while True:
+                        try:
+                            ev = await step()
+                        except StopAsyncIteration:
+                            if not stack:
+                                break
+                            below, delegation, before = stack.pop()
+                            if delegation.pending is not None:
+                                pending -= 1
+                            step = functools.partial(below.asend, last)
+                            top, anext = below, below.__anext__
+                            if last is None:  # the target yielded nothing
+                                last = before
+                            continue
+                        except BaseException as exc:
+                            if not stack:
+                                raise
+                            below, delegation, before = stack.pop()
+                            if delegation.pending is not None:
+                                pending -= 1
+                            step = functools.partial(below.athrow, exc)
+                            top, anext = below, below.__anext__
+                            if last is None:
+                                last = before
+                            continue
+                        step = anext
+                        if type(ev) is Delegation:
+                            # Only a flow agent's generator yields a delegation.
+                            delegating = cast(
+                                AsyncGenerator[AgentEvent | Delegation, AgentEvent | None], top
+                            )
+                            stack.append((delegating, ev, last))
+                            if ev.pending is not None:
+                                pending += 1
+                            top, last = ev.events, None
+                            step = anext = top.__anext__
+                            continue
+                        last = ev
+                        if pending:  # the delegating flow agents' chains, innermost first
+                            for _, d, _ in reversed(stack):
+                                if d.pending is not None:
+                                    ev = FlowAgent._with_pending(d.ctx, ev, d.pending)
                         action = ev.action  # inline interrupt_of(): once per event
                         if (
                             action is not None
@@ -654,8 +711,8 @@ class Runner:
                                     ev.agent_name,
                                     ev.run_path,
                                     error=RunnerError(
-                                        "multiple interrupt actions reached the Runner in one run; "
-                                        "only the first was saved"
+                                        "multiple interrupt actions reached the Runner in one "
+                                        "run; only the first was saved"
                                     ),
                                 )
                                 continue
@@ -670,6 +727,8 @@ class Runner:
                             if cancel is not None and saved is not None:
                                 cancel.ended_with(saved)
                         yield ev
+                finally:
+                    await _close_streams(top, stack)
             except Exception as exc:  # D9: nothing crashes the caller
                 yield AgentEvent(self._root.name, ctx.run_path or (), error=exc)
             ended = True
@@ -732,3 +791,25 @@ class Runner:
         return None, AgentEvent(
             ev.agent_name, ev.run_path, ev.output, saved, ev.error, ev.state_delta
         )
+
+
+#: A flow agent's stream that handed a transfer target's stream up, with its delegation and
+#: the last event of its own stream before it did.
+_Delegating = tuple[
+    AsyncGenerator[AgentEvent | Delegation, AgentEvent | None], Delegation, AgentEvent | None
+]
+
+
+async def _close_streams(
+    top: AsyncIterator[AgentEvent | Delegation], stack: list[_Delegating]
+) -> None:
+    """Close ``top``, then the streams that delegated to it, innermost first (as nested
+    ``async with closing(...)`` blocks would), each also when closing the one above failed."""
+    try:
+        aclose = getattr(top, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    finally:
+        if stack:
+            below, _, _ = stack.pop()
+            await _close_streams(below, stack)
