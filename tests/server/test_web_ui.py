@@ -212,6 +212,19 @@ async def _page(**options: Any) -> AsyncIterator[Any]:
             await browser.close()
 
 
+async def _new_session(page: Any, url: str) -> str:
+    """Open the UI at ``url``, start a new session from it and return its id."""
+    from playwright.async_api import expect
+
+    await page.goto(url + "/ui/")
+    await expect(page.locator("#status")).to_have_text("connected")
+    await page.click("#new-session")
+    await expect(page.locator("#session-title")).to_contain_text("user dev")
+    opened = page.locator("#session-list .session.open")
+    await expect(opened).to_have_count(1)
+    return await opened.get_attribute("data-id") or ""
+
+
 def _watch(page: Any) -> list[str]:
     """The page's uncaught errors and console errors, collected."""
     problems: list[str] = []
@@ -531,11 +544,8 @@ async def test_a_delete_the_server_refuses_is_reported_and_the_session_stays_ope
             await route.continue_()
 
     async with _page() as page:
-        await page.goto(live_desk.url + "/ui/")
-        await expect(page.locator("#status")).to_have_text("connected")
-        await page.click("#new-session")
+        await _new_session(page, live_desk.url)
         title = page.locator("#session-title")
-        await expect(title).to_contain_text("user dev")
         opened = await title.text_content()
         await page.route("**/sessions/*", refuse_deletes)
         delete = page.locator(".session.open .delete")
@@ -567,10 +577,7 @@ async def test_a_stream_cut_mid_event_says_the_turn_goes_on_without_a_parse_erro
 
     async with _page() as page:
         problems = _watch(page)
-        await page.goto(live_desk.url + "/ui/")
-        await expect(page.locator("#status")).to_have_text("connected")
-        await page.click("#new-session")
-        await expect(page.locator("#session-title")).to_contain_text("user dev")
+        await _new_session(page, live_desk.url)
         await page.route("**/sessions/*/turns", cut_turns)
         await page.fill("#message", "hello")
         await page.press("#message", "Enter")
@@ -654,11 +661,7 @@ async def test_stop_pauses_the_running_turn_and_continue_finishes_it(
 
     async with _page() as page:
         problems = _watch(page)
-        await page.goto(slow_orders.url + "/ui/")
-        await expect(page.locator("#status")).to_have_text("connected")
-        await page.click("#new-session")
-        await expect(page.locator("#session-title")).to_contain_text("user dev")
-        session_id = await page.locator("#session-list .session.open").get_attribute("data-id")
+        session_id = await _new_session(page, slow_orders.url)
         await expect(page.locator("#stop")).to_be_hidden()
         await page.fill("#message", "Where is order 7?")
         await page.press("#message", "Enter")
