@@ -15,9 +15,13 @@ for the running response to end instead of failing with
 their response (parallel calls get one response, after the last output). A long-running call
 left unanswered holds back neither user input nor the calls of later responses.
 Each ``response.done`` ends a turn (``turn_complete``), also one that ended with function
-calls. The server's ``error`` events end ``receive()`` with a ``ModelError``, except the one
-refusing a response request because a response already runs (the server's voice detection
-started one first): the request is made again when that response is done.
+calls. The server's ``error`` events end ``receive()`` with a ``ModelError`` when they refuse
+an event that carried the conversation (an item of the history, a user message, a tool output,
+a response request: the input never reached the model, or its response will never come) or
+report a ``server_error``. A refused response request because a response already runs (the
+server's voice detection started one first) is not: the request is made again when that
+response is done. The API's other errors leave the session open (an empty audio buffer
+committed, say): they are logged as warnings (logger ``relaykit.models.openai_realtime``).
 """
 
 from __future__ import annotations
@@ -25,7 +29,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 import os
+import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
 
@@ -69,6 +76,10 @@ if TYPE_CHECKING:
 __all__ = ["OpenAIRealtimeConnection", "OpenAIRealtimeModel"]
 
 PROVIDER = "openai"
+logger = logging.getLogger("relaykit.models.openai_realtime")
+#: How many of the client events that carry the conversation (items, response requests) are
+#: remembered by id, to tell the server's refusal of one of them from a passing error.
+_TRACKED_EVENTS = 256
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds; the longest wait for the session to be configured."""
 
@@ -197,8 +208,7 @@ class OpenAIRealtimeModel(RealtimeModel):
             ) from exc
         connection = OpenAIRealtimeConnection(self.model, conn, _output_mime(session))
         try:
-            for item in items:
-                await conn.conversation.item.create(item=cast(Any, item))
+            await connection._create_items(items, "the history")
             if history and history[-1].role in ("user", "tool"):
                 connection._want_response = True
                 await connection._request_response()
@@ -229,6 +239,10 @@ class OpenAIRealtimeConnection:
         self._outputs_waiting = False  # tool outputs were added that need a response
         self._batch: set[str] = set()  # the unanswered calls of the last response with calls
         self._batch_started = False  # the running response has made calls
+        # The ids of the events sent that carry the conversation, and what each sent: the
+        # server refusing one of them is fatal (the input never reached the model, or its
+        # response will never come); any other error event is logged and passed over.
+        self._tracked: OrderedDict[str, str] = OrderedDict()
 
     @property
     def _mid_turn(self) -> bool:
@@ -262,8 +276,7 @@ class OpenAIRealtimeConnection:
         items = _items(message, self._model)
         what = "a tool response" if message.role == "tool" else "a user message"
         try:
-            for item in items:
-                await self._conn.conversation.item.create(item=cast(Any, item))
+            await self._create_items(items, what)
             if message.role == "tool":
                 self._batch.discard(message.tool_call_id or "")
                 self._outputs_waiting = True
@@ -282,7 +295,23 @@ class OpenAIRealtimeConnection:
         if self._want_response or (self._outputs_waiting and not self._batch):
             self._want_response = self._outputs_waiting = False
             self._response_active = True
-            await self._conn.response.create()
+            await self._conn.response.create(event_id=self._track("a response request"))
+
+    def _track(self, what: str) -> str:
+        """A new client event id, remembered as sending ``what``."""
+        event_id = f"relaykit_{uuid.uuid4().hex}"
+        tracked = self._tracked
+        tracked[event_id] = what
+        if len(tracked) > _TRACKED_EVENTS:
+            tracked.popitem(last=False)
+        return event_id
+
+    async def _create_items(self, items: list[Json], what: str) -> None:
+        """Add ``items`` to the conversation, each event tracked as sending ``what``."""
+        for item in items:
+            await self._conn.conversation.item.create(
+                item=cast(Any, item), event_id=self._track(what)
+            )
 
     async def send_realtime(self, blob: Blob) -> None:
         """Append an audio chunk to the input buffer (in the session's input format)."""
@@ -399,11 +428,30 @@ class OpenAIRealtimeConnection:
                 self._response_active = self._want_response = True
                 return []
             code = f"/{error.code}" if error.code else ""
-            raise ModelError(
-                f"openai realtime model {self._model!r}: the server sent an error "
-                f"({error.type}{code}: {error.message})",
-                provider=PROVIDER,
+            refused = self._tracked.get(error.event_id or "")
+            if refused is not None:
+                raise ModelError(
+                    f"openai realtime model {self._model!r}: the server refused {refused} "
+                    f"({error.type}{code}: {error.message})",
+                    provider=PROVIDER,
+                )
+            if error.type == "server_error":
+                raise ModelError(
+                    f"openai realtime model {self._model!r}: the server sent an error "
+                    f"({error.type}{code}: {error.message})",
+                    provider=PROVIDER,
+                )
+            # The API's other errors leave the session open (an empty audio buffer committed,
+            # a cancel with no response running...): said in the log, not fatal.
+            logger.warning(
+                "openai realtime model %r: the server reported an error and the session goes "
+                "on (%s%s: %s)",
+                self._model,
+                error.type,
+                code,
+                error.message,
             )
+            return []
         # session.*, conversation.item.*, response.output_item.*, response.content_part.*,
         # rate limits, buffer and VAD notices carry nothing a LiveResponse has a place for.
         return []

@@ -55,11 +55,17 @@ class Peer:
             {k.lower(): v for k, v in ws.request.headers.raw_items()} if ws.request else {}
         )
         self._unread: asyncio.Queue[Any] = asyncio.Queue()
+        #: The ``event_id`` of every frame that had one, in order (taken out of the frame).
+        self.event_ids: list[str] = []
 
     async def _read_all(self) -> None:
         try:
             async for raw in self.ws:
                 frame = json.loads(raw)
+                if isinstance(frame, dict) and "event_id" in frame:
+                    # A client event's id (OpenAI Realtime): kept aside, so that scripts compare
+                    # what was sent; an error event can name it.
+                    self.event_ids.append(frame.pop("event_id"))
                 self.frames.append(frame)
                 self._unread.put_nowait(frame)
         except ConnectionClosed:

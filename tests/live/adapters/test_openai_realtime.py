@@ -677,6 +677,64 @@ async def test_an_error_event_raises_a_model_error(
     await openai_server.finished()
 
 
+async def test_an_error_refusing_a_user_message_raises_a_model_error_naming_it(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        item = await peer.recv()
+        assert item["type"] == "conversation.item.create"
+        assert await peer.recv() == RESPONSE_CREATE
+        item_id = peer.event_ids[-2]  # the item's event, as the server names it
+        error = {
+            "type": "invalid_request_error",
+            "code": "invalid_value",
+            "message": "Item content is too long.",
+            "event_id": item_id,
+        }
+        await peer.send(event("error", error=error))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("Where is order 4417?"))
+    with pytest.raises(
+        ModelError,
+        match=r"server refused a user message \(invalid_request_error/invalid_value: Item",
+    ) as err:
+        await take(conn, 1)
+    assert "4417" not in str(err.value)
+    await conn.close()
+    await openai_server.finished()
+
+
+async def test_an_error_the_session_survives_is_logged_and_reading_goes_on(
+    openai_server: LiveServer, make_model: MakeModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        # Not about any event that carried the conversation: the session stays open.
+        empty = {
+            "type": "invalid_request_error",
+            "code": "input_audio_buffer_commit_empty",
+            "message": "Error committing input audio buffer: buffer too small.",
+            "event_id": "evt_client_1",
+        }
+        await peer.send(event("error", error=empty))
+        await peer.send(created("resp_1"))
+        await peer.send(text_done("resp_1", "Still here."))
+        await peer.send(done("resp_1"))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with caplog.at_level("WARNING", logger="relaykit.models.openai_realtime"):
+        assert await take(conn, 2) == [complete("Still here."), TURN_COMPLETE]
+    assert any("input_audio_buffer_commit_empty" in r.getMessage() for r in caplog.records)
+    await conn.close()
+    await openai_server.finished()
+
+
 async def test_a_failed_response_raises_a_model_error(
     openai_server: LiveServer, make_model: MakeModel
 ) -> None:
