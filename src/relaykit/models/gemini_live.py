@@ -12,6 +12,11 @@ Gemini answers one modality per session: ``("text",)`` asks for text, any tuple 
 session (``input_audio_transcription``); ``LiveConfig.options`` (or the model's default
 options) set any other ``LiveConnectConfig`` field, e.g. ``speech_config``, or switch the
 transcriptions off with ``None``.
+
+A server message of a kind the SDK does not know (a newer protocol's) is skipped with a
+warning (logger ``relaykit.models.gemini_live``), as the OpenAI adapter skips event types it
+does not know; a message that is not JSON or whose fields have the wrong types ends the
+session with a ``ModelError``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,6 +51,7 @@ from relaykit.models.live import LiveConfig, LiveResponse
 __all__ = ["GeminiLiveConnection", "GeminiLiveModel"]
 
 PROVIDER = "gemini"
+logger = logging.getLogger("relaykit.models.gemini_live")
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds; the longest wait for the session to be set up."""
 
@@ -254,6 +261,14 @@ class GeminiLiveConnection:
             except Exception as exc:
                 if self._closed:
                     return  # our own close() ended the read
+                if _unknown_message(exc):
+                    # The frame is read: go on with the next one.
+                    logger.warning(
+                        "gemini live model %r: skipped a server message of a kind the SDK "
+                        "does not know",
+                        self._model,
+                    )
+                    continue
                 error = self._failure(exc)
                 if error is None:
                     return
@@ -385,3 +400,27 @@ def _connect_error(model: str, exc: Exception) -> ModelError:
 
 def _send_error(model: str, what: str, exc: Exception) -> ModelError:
     return send_error(PROVIDER, f"gemini live model {model!r}", what, exc)
+
+
+def _unknown_message(exc: Exception) -> bool:
+    """Whether the SDK failed on a server message none of whose fields it knows.
+
+    google-genai converts each message to the fields it knows; when none is left it takes the
+    message for an error payload and calls ``errors.APIError.raise_error`` with the message's
+    ``code`` -- None for a message of a new kind, which fails there (a ``TypeError`` comparing
+    None with a status) or becomes an ``APIError`` without a code. A closed socket's
+    ``APIError`` always has its close code.
+    """
+    if isinstance(exc, genai_errors.APIError):
+        return exc.code is None
+    if not isinstance(exc, TypeError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "raise_error" and frame.f_globals.get("__name__") == (
+            genai_errors.__name__
+        ):
+            return True
+        tb = tb.tb_next
+    return False

@@ -446,6 +446,56 @@ async def test_a_dropped_socket_raises_a_model_error(
     await conn.close()
 
 
+async def test_a_message_of_a_kind_the_sdk_does_not_know_is_skipped(
+    gemini_server: LiveServer, make_model: MakeModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def script(peer: Peer) -> None:
+        await setup(peer)
+        await peer.recv()
+        await peer.send({"someNewerMessage": {"detail": 1}})  # a newer protocol's message
+        await peer.send(text("Hi."))
+        await peer.send(TURN_COMPLETE)
+        await peer.wait_closed()
+
+    gemini_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("hi"))
+    with caplog.at_level("WARNING", logger="relaykit.models.gemini_live"):
+        got = await take(conn, 3)
+    assert got == [partial("Hi."), complete("Hi."), LiveResponse(turn_complete=True)]
+    assert any("does not know" in r.getMessage() for r in caplog.records)
+    await conn.close()
+    await gemini_server.finished()
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "not json {",
+        '{"serverContent": 5}',
+        '{"toolCall": {"functionCalls": [{"name": 3, "args": "order 4417"}]}}',
+        "[1, 2]",
+    ],
+)
+async def test_a_malformed_message_raises_a_model_error_without_its_content(
+    gemini_server: LiveServer, make_model: MakeModel, frame: str
+) -> None:
+    async def script(peer: Peer) -> None:
+        await setup(peer)
+        await peer.recv()
+        await peer.ws.send(frame)
+        await peer.wait_closed()
+
+    gemini_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("hi"))
+    with pytest.raises(ModelError, match="gemini live model 'gemini-live-test'") as err:
+        await take(conn, 1)
+    assert "4417" not in str(err.value) and "not json" not in str(err.value)
+    await conn.close()
+    await gemini_server.finished()
+
+
 async def test_server_closing_normally_between_turns_ends_receive(
     gemini_server: LiveServer, make_model: MakeModel
 ) -> None:
