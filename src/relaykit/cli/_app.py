@@ -87,7 +87,9 @@ def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
         raise _fail(str(exc), exc.code) from None
     except RelayKitError as exc:
         raise _fail(f"{type(exc).__name__}: {exc}", 1) from None
-    except KeyboardInterrupt:  # Ctrl-C while a turn ran (at a prompt, it ends the chat)
+    # Ctrl-C outside a chat, a second Ctrl-C while a chat's turn stops, or Ctrl-C where the
+    # chat cannot take it (the first one stops the turn; at a prompt, it ends the chat).
+    except KeyboardInterrupt:
         Console(stderr=True, highlight=False).print("\nrelaykit: interrupted")
         raise typer.Exit(130) from None
 
@@ -139,9 +141,11 @@ def run(
 
     Each event is shown as it comes: who speaks, transfers, tool calls and results, a reply's
     tokens as they stream, a spinner while a model or a tool works. A pause (an approval, a
-    long-running tool) asks for its answer, which resumes the run. Type exit (or Ctrl-D) to
-    leave; the session stays stored, with a pause still waiting, for --session ID. Lines are
-    read from stdin when it is not a terminal.
+    long-running tool) asks for its answer, which resumes the run. Ctrl-C stops a running
+    turn: it pauses, and Enter continues it (a new message abandons it); a second Ctrl-C
+    while it stops ends the chat. Type exit (or Ctrl-D) to leave; the session stays stored,
+    with a pause still waiting, for --session ID. Lines are read from stdin when it is not a
+    terminal.
     """
     loaded = _load(app_spec)
     console = Console(highlight=False)

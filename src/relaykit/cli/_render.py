@@ -11,7 +11,8 @@ from rich.markup import escape
 from rich.spinner import Spinner
 from rich.text import Text
 
-from relaykit.errors import WillRetryError
+from relaykit.cancel import Cancelled
+from relaykit.errors import StreamCancelledError, WillRetryError
 from relaykit.events import AgentEvent
 from relaykit.messages import Message, ToolCall
 from relaykit.resume import InterruptContext
@@ -23,8 +24,12 @@ __all__ = [
     "call_text",
     "clip",
     "interrupt_line",
+    "is_cancelled",
     "is_tool_pause",
     "message_lines",
+    "pause_lines",
+    "question_label",
+    "stopped_line",
 ]
 
 TRANSFER = "transfer_to_agent"
@@ -99,21 +104,87 @@ def is_tool_pause(point: InterruptContext) -> bool:
     return isinstance(info, dict) and "tool_call_id" in info and "tool" in info
 
 
+def is_cancelled(point: InterruptContext) -> bool:
+    """True for a point where a cancel stopped the run (Ctrl-C): it asks nothing, a resume
+    without an answer continues it."""
+    return isinstance(point.info, Cancelled)
+
+
+def _stopped_at(point: InterruptContext) -> str:
+    """Where a cancel stopped: the agent, and the tool call it was running."""
+    agents = [segment.id for segment in point.address if segment.kind == "agent"]
+    where = agents[-1] if agents else "the run"
+    last = point.address[-1] if point.address else None
+    if last is not None and last.kind == "tool":
+        where += f", running {last.id}"
+    return where
+
+
+def stopped_line(points: list[InterruptContext]) -> str:
+    """One line for the points a cancel stopped.
+
+    >>> from relaykit.cancel import CancelMode
+    >>> from relaykit.resume import AddressSegment
+    >>> stopped = Cancelled(CancelMode.IMMEDIATE)
+    >>> at = (AddressSegment("agent", "orders"), AddressSegment("tool", "lookup", "c1"))
+    >>> stopped_line([InterruptContext("p1", at, stopped, True)])
+    '[bold yellow]⏸ stopped[/] — the turn is paused at orders, running lookup'
+    """
+    where = "; ".join(dict.fromkeys(_stopped_at(point) for point in points))
+    return f"[bold yellow]⏸ stopped[/] — the turn is paused at {escape(where)}"
+
+
 def interrupt_line(author: str, point: InterruptContext) -> str:
     """What a waiting point asks, as one line."""
     info = point.info
+    if is_cancelled(point):
+        return stopped_line([point])
     if is_tool_pause(point):
         started = json.dumps(info.get("started"), ensure_ascii=False, default=str)
         return (
             f"[bold yellow]⏸ {escape(author)}[/]: {escape(str(info['tool']))} started "
             f"{escape(clip(started))} and waits for its result"
         )
+    text = _question(point)
+    return f"[bold yellow]⏸ {escape(author)} asks[/]: {escape(clip(text))}"
+
+
+def _question(point: InterruptContext) -> str:
+    """The text of what a point asks (the one value of a one-key dict, else the info)."""
+    info = point.info
     if isinstance(info, dict) and len(info) == 1:
         (shown,) = info.values()
     else:
         shown = info
-    text = shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, default=str)
-    return f"[bold yellow]⏸ {escape(author)} asks[/]: {escape(clip(text))}"
+    return shown if isinstance(shown, str) else json.dumps(shown, ensure_ascii=False, default=str)
+
+
+def pause_lines(author: str, points: list[InterruptContext]) -> list[str]:
+    """The lines of a pause: one for the points a cancel stopped, then each question."""
+    stopped = [point for point in points if is_cancelled(point)]
+    lines = [stopped_line(stopped)] if stopped else []
+    return lines + [interrupt_line(author, p) for p in points if not is_cancelled(p)]
+
+
+def question_label(point: InterruptContext) -> str:
+    """Which point an answer is for, when several wait: the paused call of a long-running
+    tool, a tool's question after the tool's name, or the agent's question.
+
+    >>> from relaykit.resume import AddressSegment
+    >>> at = (AddressSegment("agent", "refunds"), AddressSegment("tool", "issue_refund", "c1"))
+    >>> question_label(InterruptContext("p1", at, {"question": "Refund order 9?"}, True))
+    'issue_refund: Refund order 9?'
+    >>> asks = InterruptContext("p2", (AddressSegment("agent", "payer"),), "Pay 10 EUR?", True)
+    >>> question_label(asks)
+    'Pay 10 EUR?'
+    """
+    info = point.info
+    if is_tool_pause(point):
+        arguments = json.dumps(info.get("arguments") or {}, ensure_ascii=False, default=str)
+        return clip(call_text(ToolCall("", str(info["tool"]), arguments)), 60)
+    last = point.address[-1] if point.address else None
+    tool = f"{last.id}: " if last is not None and last.kind == "tool" else ""
+    return clip(tool + _question(point), 60)
 
 
 def stored_lines(event: SessionEvent) -> list[str]:
@@ -122,7 +193,7 @@ def stored_lines(event: SessionEvent) -> list[str]:
         return [f"[red]✗ {escape(event.author)}: {escape(clip(event.error))}[/]"]
     action = event.action
     if action is not None and action.interrupted is not None:
-        return [interrupt_line(event.author, p) for p in action.interrupted.contexts]
+        return pause_lines(event.author, list(action.interrupted.contexts))
     if event.message is None:
         return []
     return message_lines(event.author, event.message)
@@ -187,6 +258,8 @@ class EventPrinter:
         #: The error a streamed reply just failed with (already printed): the error event
         #: that follows it carries the same error and is not printed again.
         self._stream_error: tuple[str, BaseException] | None = None
+        #: True while a streamed reply's text is being printed (its line is not ended yet).
+        self.streaming = False
 
     def line(self, markup: str, internal: bool = False) -> None:
         """One line (indented for an agent tool's inner event)."""
@@ -208,9 +281,10 @@ class EventPrinter:
             if internal:
                 return []
             self.working.hide()
-            for point in action.interrupted.contexts:
-                self.line(interrupt_line(event.agent_name, point))
-            return list(action.interrupted.contexts)
+            points = list(action.interrupted.contexts)
+            for line in pause_lines(event.agent_name, points):
+                self.line(line)
+            return points
         output = event.output
         if output is None:
             return []
@@ -243,11 +317,15 @@ class EventPrinter:
                     if not started:
                         self.working.hide()  # the text takes the spinner's place
                         self.console.print(prefix, end="", highlight=False)
-                        started = True
+                        started = self.streaming = True
                     self.console.print(escape(chunk.content), end="", highlight=False)
                     self.console.file.flush()
         except WillRetryError:
             self.console.print(("" if not started else "\n") + "  [dim](retrying…)[/]")
+            return None
+        except StreamCancelledError:  # Ctrl-C cut it: the pause's line follows
+            if started:
+                self.console.print(" [dim]✂[/]")
             return None
         except Exception as exc:
             if started:
@@ -255,6 +333,8 @@ class EventPrinter:
             self.line(f"[red]✗ {escape(event.agent_name)}: {escape(clip(str(exc)))}[/]")
             self._stream_error = (event.agent_name, exc)
             return None
+        finally:
+            self.streaming = False
         if started:
             self.console.print()
         return await event.output.stream.collect()

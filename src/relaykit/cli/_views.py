@@ -15,7 +15,7 @@ from rich.tree import Tree
 from relaykit._tree import unwrap_layers
 from relaykit.sessions.base import Session, SessionService
 
-from ._render import clip, stored_lines
+from ._render import clip, is_cancelled, stored_lines
 
 __all__ = ["agent_tree", "session_table", "show_session"]
 
@@ -97,6 +97,14 @@ async def session_table(service: SessionService, app_name: str, user_id: str) ->
     return table, len(sessions)
 
 
+def _stopped(session: Session) -> bool:
+    """Whether the session's last pause is a stopped turn (a cancel, Ctrl-C, stopped it)."""
+    for event in reversed(session.events):
+        if event.action is not None and event.action.interrupted is not None:
+            return any(is_cancelled(point) for point in event.action.interrupted.contexts)
+    return False
+
+
 def show_session(console: Console, session: Session, paused: bool) -> None:
     """Print a stored session: its events (author, text, tool calls and results), its state."""
     console.print(
@@ -109,7 +117,13 @@ def show_session(console: Console, session: Session, paused: bool) -> None:
     for event in session.events:
         for line in stored_lines(event):
             console.print(line, highlight=False, soft_wrap=True)
-    if paused:
+    if paused and _stopped(session):
+        console.print(
+            "[yellow]paused: a stopped turn waits to be continued (relaykit run "
+            f"--session {escape(session.id)} offers it)[/]",
+            highlight=False,
+        )
+    elif paused:
         console.print(
             "[yellow]paused: an invocation waits for an answer (relaykit run "
             f"--session {escape(session.id)} asks for it)[/]",
