@@ -284,18 +284,42 @@ def test_a_second_ctrl_c_while_the_turn_stops_ends_the_chat_with_130(
     assert "paused:" not in stored
 
 
+@posix_only
+def test_ctrl_c_at_the_prompt_ends_the_chat_and_keeps_the_stopped_turn(
+    db: str, start: Callable[[], ChatProcess]
+) -> None:
+    chat = start()
+    stop_in_reply(chat)
+    chat.wait_for("you> ", count=2)  # the prompt reads
+    chat.ctrl_c()
+    code, out, err = chat.finish()
+    assert code == 0, err
+    session_id = session_of(out)
+    assert lines(out)[-1].startswith(
+        f"bye — session {session_id} is stored; its stopped turn can be continued:"
+    )
+    assert "paused: a stopped turn waits to be continued" in show(db, session_id)
+
+
 # -- the prompts of a pause, in-process ------------------------------------------------------
-asked = asyncio.Event()  # approve has asked
-holding = asyncio.Event()  # hold waits for held, after approve asked
-held = asyncio.Event()
+class Steps:
+    """Where the clerk's tools are (events of the running test's loop: ``reset`` in each)."""
+
+    def reset(self) -> None:
+        self.asked = asyncio.Event()  # approve or ticket has asked
+        self.holding = asyncio.Event()  # then hold waits for held
+        self.held = asyncio.Event()
+
+
+steps = Steps()
 
 
 @rk.tool
 async def hold(order_id: str) -> str:
-    """Put an order on hold (once approve has asked; it then waits until ``held`` is set)."""
-    await asked.wait()
-    holding.set()
-    await held.wait()
+    """Put an order on hold (once another tool has asked; then it waits until ``held``)."""
+    await steps.asked.wait()
+    steps.holding.set()
+    await steps.held.wait()
     return f"held {order_id}"
 
 
@@ -303,9 +327,16 @@ async def hold(order_id: str) -> str:
 async def approve(ctx: rk.ToolContext, order_id: str) -> str:
     """Approve an order; a human decides."""
     if not ctx.is_resume_target:
-        asked.set()
+        steps.asked.set()
         raise rk.ToolInterrupt({"question": f"Approve order {order_id}?"})
     return f"{order_id}: {ctx.resume_data}"
+
+
+@rk.tool(long_running=True)
+async def ticket(order_id: str) -> str:
+    """Open a ticket about an order; its answer comes later, as the call's result."""
+    steps.asked.set()
+    return f"ticket {order_id}"
 
 
 def clerk(calls: list[tuple[str, str]]) -> rk.ChatModelAgent:
@@ -325,7 +356,7 @@ def clerk(calls: list[tuple[str, str]]) -> rk.ChatModelAgent:
 
     model = rk.ScriptedModel(iter(lambda: reply, None), record_requests=False)
     return rk.ChatModelAgent(
-        "clerk", "Handles orders.", "Handle.", model=model, tools=[hold, approve]
+        "clerk", "Handles orders.", "Handle.", model=model, tools=[hold, approve, ticket]
     )
 
 
@@ -342,19 +373,29 @@ async def chat_on(
     return lines(out.getvalue())
 
 
+@pytest.mark.parametrize(
+    ("asker", "asks", "answered"),
+    [
+        ("approve", "⏸ clerk asks: Approve order 5?", "  ← approve: 5: yes"),
+        (
+            "ticket",
+            '⏸ clerk: ticket started "ticket 5" and waits for its result',
+            "  ← ticket: yes",
+        ),
+    ],
+)
 async def test_a_stopped_turn_that_also_asks_gets_its_answer_then_continues(
-    monkeypatch: pytest.MonkeyPatch,
+    asker: str, asks: str, answered: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for event in (asked, holding, held):
-        event.clear()
+    steps.reset()
     service = rk.InMemorySessionService()
     runner = rk.Runner(
-        clerk([("hold", "5"), ("approve", "5")]), app_name="shop", session_service=service
+        clerk([("hold", "5"), (asker, "5")]), app_name="shop", session_service=service
     )
     handle = runner.run([Message.user("Order 5")], user_id="dev", session_id="s1")
 
     async def stop() -> rk.CancelOutcome:
-        await holding.wait()  # approve has asked, hold waits: the cancel cuts hold
+        await steps.holding.wait()  # the other tool has asked, hold waits: the cancel cuts hold
         return await handle.cancel(CancelMode.IMMEDIATE)
 
     stopping = asyncio.create_task(stop())
@@ -362,20 +403,22 @@ async def test_a_stopped_turn_that_also_asks_gets_its_answer_then_continues(
         pass
     outcome = await stopping
     assert outcome.interrupt is not None and len(outcome.interrupt.contexts) == 2
-    held.set()
+    steps.held.set()
 
+    # Enter asks the question, and the answer continues both calls (hold runs again).
     shown = await chat_on(runner, service, "\nyes\n", monkeypatch)
-    assert shown[1:] == [
+    assert shown[1:6] == [
         "type a message; exit or Ctrl-D ends the chat",
         "⏸ stopped — the turn is paused at clerk, running hold",
-        "⏸ clerk asks: Approve order 5?",
+        asks,
         "  press Enter to answer what it asks and continue the stopped turn, or type a new "
         "message (the stopped turn is then abandoned)",
         "you>",
-        "answer> yes",
-        "  ← hold: held 5",
-        "  ← approve: 5: yes",
-        "clerk: Done: 5: yes, held 5.",
+    ]
+    assert shown[6] == "answer> yes"
+    assert sorted(shown[7:9]) == sorted(["  ← hold: held 5", answered]), shown
+    assert shown[9:] == [
+        f"clerk: Done: {', '.join(sorted(['held 5', answered.split(': ', 1)[1]]))}.",
         "you>",
         "bye — session s1 is stored",
     ]
