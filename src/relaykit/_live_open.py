@@ -7,6 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from relaykit._agent_hooks import before_agent
 from relaykit._invocation import Invocation
 from relaykit._live_events import AgentStream, close_quietly, describe, live_agent, open_calls
 from relaykit._session_history import last_speaker, records_of
@@ -84,8 +85,19 @@ async def open_run(live: LiveRun) -> None:
             ),
             options=live.options,
         )
+        entered = flow._enter(ctx)
         try:
-            connected = await connect_agent(flow, agent, flow._enter(ctx), live.config.modalities)
+            answered = await before_agent(invocation, flow.name)
+        except PluginError as exc:
+            err = AgentEvent(flow.name, entered.run_path, error=exc)
+            await _end_early(live, pause, answers, err)
+            return
+        if answered is not None:  # the hook answers instead of the agent: nothing connects
+            ev = AgentEvent(flow.name, entered.run_path, AgentOutput(answered))
+            await _end_early(live, pause, answers, ev)
+            return
+        try:
+            connected = await connect_agent(flow, agent, entered, live.config.modalities)
         except ConfigurationError:
             raise
         except Exception as exc:
@@ -143,8 +155,8 @@ async def _drop_pause(
 async def _end_early(
     live: LiveRun, pause: SessionPause | None, answers: list[SessionEvent], ev: AgentEvent
 ) -> None:
-    """``before_run`` answered or raised: that event is stored and delivered, nothing
-    connects (D19, D25); the session has ended."""
+    """``before_run`` or the agent's ``before_agent`` answered or raised: that event is
+    stored and delivered, nothing connects (D19, D25); the session has ended."""
     run = live.run
     assert run is not None
     try:

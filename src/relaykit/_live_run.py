@@ -25,6 +25,7 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from relaykit._agent_hooks import after_agent_event, before_agent
 from relaykit._aio import closing
 from relaykit._live_events import (
     LIVE_ENDED_TEXT,
@@ -55,6 +56,7 @@ from relaykit.errors import (
     LiveSessionClosedError,
     MaxTransfersError,
     ModelError,
+    PluginError,
     ResumeTargetError,
     RunnerError,
 )
@@ -408,6 +410,9 @@ class LiveRun:
     async def _switch(self, stream: AgentStream, dest: str) -> None:
         await self._end_stream(stream)
         await close_quietly(stream)
+        if not await self._after_agent(stream):
+            await self._finish(None, None)  # the hook failed: its error event ended the agent
+            return
         target = stream.flow.find_target(dest)
         error: Exception | None = None
         if target is None:
@@ -425,6 +430,18 @@ class LiveRun:
                 assert run is not None and run.cached is not None
                 prior = PriorTurns([*run.cached.prior.records, *records_of(run.stored)])
                 ctx = target._enter(stream.ctx.derive(history=RunHistory(run.values, prior=prior)))
+                invocation = self.options.invocation
+                try:
+                    answered = (
+                        await before_agent(invocation, dest) if invocation is not None else None
+                    )
+                except PluginError as exc:  # the target failing: its error event
+                    await self._finish(None, AgentEvent(dest, ctx.run_path, error=exc))
+                    return
+                if answered is not None:  # the hook answers instead of the target: no connect
+                    await self._emit(None, AgentEvent(dest, ctx.run_path, AgentOutput(answered)))
+                    await self._finish(None, None)
+                    return
                 try:
                     self.stream = await self._cancellable(
                         connect_agent(target, agent, ctx, self.config.modalities)
@@ -466,6 +483,8 @@ class LiveRun:
         try:
             if stream is not None:
                 await self._end_stream(stream)
+                if error is None:
+                    await self._after_agent(stream)
             await run.flush_writes()
             if error is not None:
                 await self._emit(None, error)
@@ -473,6 +492,19 @@ class LiveRun:
             self._end_without_storing(failed)
             return
         self._begin_end()
+
+    async def _after_agent(self, stream: AgentStream) -> bool:
+        """``after_agent`` for ``stream``'s agent, which completed (its model ended the stream,
+        the caller closed the session, or it transferred): the hook's message, or its error
+        event, stored and delivered. False when the hook failed."""
+        invocation = self.options.invocation
+        if invocation is None or not invocation.plugins.has("after_agent"):
+            return True
+        ev = await after_agent_event(invocation, stream.name, stream.run_path)
+        if ev is None:
+            return True
+        await self._emit(None, ev)
+        return ev.error is None
 
     def _end_without_storing(self, failed: _StoreFailed) -> None:
         """A store failed: the invocation ends, its error event last and not stored (D20)."""
