@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from relaykit._aio import closing, ended_with, must_propagate, thrown_into_us
+from relaykit._cancel import CallCut
 from relaykit.agent import Agent, AgentInput
 from relaykit.agents._hooks import model_reply
 from relaykit.agents._plan_prompts import (
@@ -28,7 +29,13 @@ from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.errors import ConfigurationError, RelayKitError
 from relaykit.events import AgentEvent
 from relaykit.flow import FlowAgent, as_flow_agent
-from relaykit.interrupts import AddressSegment, ResumeInfo, composite_interrupt, interrupt_of
+from relaykit.interrupts import (
+    AddressSegment,
+    ResumeInfo,
+    composite_interrupt,
+    interrupt_of,
+    stateful_interrupt,
+)
 from relaykit.messages import Message, ToolCall
 from relaykit.models.base import ChatModel, ModelRequest, ToolSpec
 
@@ -61,24 +68,35 @@ class PlanExecuteError(RelayKitError):
 @register_type("relaykit.PlanExecuteState")
 @dataclass(slots=True)
 class PlanExecuteState:
-    """Where a ``PlanExecute`` run was interrupted: inside the executor, at one step.
+    """Where a ``PlanExecute`` run paused: inside the executor, at one step; or, stopped by a
+    cancel (D26), before the planner's or the replanner's model call (``resume_at``).
 
     >>> state = PlanExecuteState("Compare Paris and Rome.", ["Find Rome's population."],
     ...                          [{"step": "Find Paris' population.", "result": "2.1M"}], 1)
-    >>> state.plan[0], state.round
-    ("Find Rome's population.", 1)
+    >>> state.plan[0], state.round, state.resume_at
+    ("Find Rome's population.", 1, 'step')
     """
 
     #: The request the plan serves (what the executor and the replanner read).
     objective: str
-    #: The steps still to do; the first one is the interrupted step.
+    #: The steps still to do; the first one is the interrupted step (at ``"replan"``: the
+    #: step just done, as the replanner last set the plan; at ``"plan"``: empty).
     plan: list[str]
     #: The completed steps and their results.
     past_steps: list[dict[str, str]]
-    #: The execute-replan round (0-based) the interrupted step belongs to.
+    #: The execute-replan round (0-based) the interrupted step belongs to (at ``"replan"``:
+    #: the round of the step just done).
     round: int
     #: The events the executor recorded during the interrupted step (its own history).
     step_events: list[AgentEvent] = field(default_factory=list)
+    #: What the resume does first: ``"step"`` continues the executor's step (``plan[0]``);
+    #: ``"plan"`` asks the planner, whose call a cancel stopped before it replied;
+    #: ``"replan"`` asks the replanner about the step just done (the last of
+    #: ``past_steps``), whose call a cancel stopped before it replied. A state saved before
+    #: this field existed loads as ``"step"``.
+    resume_at: Literal["step", "plan", "replan"] = "step"
+    #: At ``"plan"``: the conversation the planner is asked about (the agent's input).
+    messages: list[Message] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -110,36 +128,52 @@ class _PlanExecuteCore:
         self.executor: FlowAgent | None = None  # set by PlanExecute
 
     def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
-        return self._plan(ctx, input, options)
+        return self._plan(ctx, list(input.messages), bool(input.enable_streaming), options)
 
     def resume(
         self, ctx: RunContext, info: ResumeInfo, **options: Any
     ) -> AsyncIterator[AgentEvent]:
         state = info.interrupt_state
-        if not isinstance(state, PlanExecuteState) or not state.plan:
-            return _error(
-                ConfigurationError(
-                    f"PlanExecute {self.name!r} cannot resume from an interrupt state of type "
-                    f"{type(state).__name__} (expected a PlanExecuteState with a current step)"
+        if isinstance(state, PlanExecuteState):
+            if state.resume_at == "plan":
+                return self._plan(ctx, list(state.messages), info.enable_streaming, options)
+            if state.plan and (state.resume_at == "step" or state.past_steps):
+                return self._rounds(
+                    ctx,
+                    state.objective,
+                    list(state.plan),
+                    list(state.past_steps),
+                    state.round,
+                    info.enable_streaming,
+                    (info, state.step_events) if state.resume_at == "step" else None,
+                    options,
+                    replan=state.resume_at == "replan",
                 )
+        return _error(
+            ConfigurationError(
+                f"PlanExecute {self.name!r} cannot resume from an interrupt state of type "
+                f"{type(state).__name__} (expected a PlanExecuteState with a current step, or "
+                "one stopped before the planner's or the replanner's call)"
             )
-        return self._rounds(
-            ctx,
-            state.objective,
-            list(state.plan),
-            list(state.past_steps),
-            state.round,
-            info.enable_streaming,
-            (info, state.step_events),
-            options,
         )
 
     async def _plan(
-        self, ctx: RunContext, input: AgentInput, options: dict[str, Any]
+        self, ctx: RunContext, messages: list[Message], streaming: bool, options: dict[str, Any]
     ) -> AsyncIterator[AgentEvent]:
-        messages = list(input.messages)
-        request = ModelRequest([Message.system(PLANNER_INSTRUCTION), *messages], [PLAN_TOOL])
-        reply = await self._ask(ctx, self.planner, request)
+        """Ask the planner about ``messages``, then run the rounds of its plan."""
+        objective = objective_of(messages)
+        cancel = ctx.options.cancel
+        reply: Message | None = None
+        if cancel is None or cancel.mode is None or not cancel.stops_before_model():
+            request = ModelRequest([Message.system(PLANNER_INSTRUCTION), *messages], [PLAN_TOOL])
+            reply = await self._ask(ctx, self.planner, request)
+        if reply is None:
+            # D26: a cancel stopped the planner's call (before it started, or cut it): the
+            # resume asks the planner again.
+            assert cancel is not None
+            state = PlanExecuteState(objective, [], [], 0, resume_at="plan", messages=messages)
+            yield stateful_interrupt(ctx, cancel.info(), state)
+            return
         yield AgentEvent.from_message(reply)
         try:
             decision = self._decide(reply, "planner", (PLAN_TOOL,))
@@ -149,16 +183,7 @@ class _PlanExecuteCore:
         ctx.set_session_value(PLAN_KEY, list(decision.steps))
         ctx.set_session_value(PAST_STEPS_KEY, [])
         yield _result(decision.call, f"plan set:\n{render_steps(decision.steps)}")
-        rounds = self._rounds(
-            ctx,
-            objective_of(messages),
-            decision.steps,
-            [],
-            0,
-            bool(input.enable_streaming),
-            None,
-            options,
-        )
+        rounds = self._rounds(ctx, objective, decision.steps, [], 0, streaming, None, options)
         async with closing(rounds) as events:
             async for ev in events:
                 yield ev
@@ -173,11 +198,55 @@ class _PlanExecuteCore:
         streaming: bool,
         resume: tuple[ResumeInfo, list[AgentEvent]] | None,
         options: dict[str, Any],
+        *,
+        replan: bool = False,
     ) -> AsyncIterator[AgentEvent]:
-        """Execute-replan rounds from ``round`` on, the first one resumed when ``resume``."""
+        """Execute-replan rounds from ``round`` on: the first one's step resumed when
+        ``resume``; with ``replan``, that step is done (the last of ``past``) and the rounds
+        start with the replanner's decision on it."""
         executor = self.executor
         assert executor is not None
+        cancel = ctx.options.cancel
         while True:
+            if replan:
+                # The replanner decides on the step just done (the last of ``past``).
+                reply: Message | None = None
+                if cancel is None or cancel.mode is None or not cancel.stops_before_model():
+                    reply = await self._ask(
+                        ctx, self.replanner, _replan_request(objective, plan, past)
+                    )
+                if reply is None:
+                    # D26: a cancel stopped the replanner's call (before it started, or cut
+                    # it): the step stays done, and the resume asks the replanner again.
+                    assert cancel is not None
+                    state = PlanExecuteState(objective, plan, past, round, resume_at="replan")
+                    yield stateful_interrupt(ctx, cancel.info(), state)
+                    return
+                yield AgentEvent.from_message(reply)
+                try:
+                    decision = self._decide(reply, "replanner", (PLAN_TOOL, RESPOND_TOOL))
+                except PlanExecuteError as exc:
+                    yield AgentEvent(error=exc)
+                    return
+                if decision.kind == "respond":
+                    yield _result(decision.call, "final answer given")
+                    async for ev in self._finish(ctx, decision.response):
+                        yield ev
+                    return
+                plan = decision.steps
+                ctx.set_session_value(PLAN_KEY, list(plan))
+                round += 1
+                if round >= self.max_steps:
+                    yield _result(
+                        decision.call,
+                        f"max_steps={self.max_steps} reached: the plan is not carried out "
+                        "further; the last step's result is the answer",
+                    )
+                    async for ev in self._finish(ctx, past[-1]["result"]):
+                        yield ev
+                    return
+                yield _result(decision.call, f"plan updated:\n{render_steps(plan)}")
+            replan = True
             step = plan[0]
             prompt = EXECUTOR_PROMPT.format(
                 objective=objective,
@@ -194,6 +263,8 @@ class _PlanExecuteCore:
                 gen = executor.resume(step_ctx, _child_resume(ctx, executor, resume[0]), **options)
                 resume = None
             else:
+                # A cancel pending here stops the executor before it starts (its flow agent
+                # interrupts with NotStarted, D26); the resume starts it.
                 gen = executor.run(step_ctx, None, **options)
             # The step's last message (its result), possibly from before an interrupt.
             last_output = next((e for e in reversed(saved) if e.output is not None), None)
@@ -237,51 +308,31 @@ class _PlanExecuteCore:
             result = message.content if message is not None else ""
             past = [*past, {"step": step, "result": result}]
             ctx.set_session_value(PAST_STEPS_KEY, [dict(p) for p in past])
-            request = ModelRequest(
-                [
-                    Message.system(REPLANNER_INSTRUCTION),
-                    Message.user(
-                        REPLANNER_PROMPT.format(
-                            objective=objective,
-                            plan=render_steps(plan),
-                            past_steps=render_past_steps(past),
-                        )
-                    ),
-                ],
-                [PLAN_TOOL, RESPOND_TOOL],
-            )
-            reply = await self._ask(ctx, self.replanner, request)
-            yield AgentEvent.from_message(reply)
-            try:
-                decision = self._decide(reply, "replanner", (PLAN_TOOL, RESPOND_TOOL))
-            except PlanExecuteError as exc:
-                yield AgentEvent(error=exc)
-                return
-            if decision.kind == "respond":
-                yield _result(decision.call, "final answer given")
-                async for ev in self._finish(ctx, decision.response):
-                    yield ev
-                return
-            plan = decision.steps
-            ctx.set_session_value(PLAN_KEY, list(plan))
-            round += 1
-            if round >= self.max_steps:
-                yield _result(
-                    decision.call,
-                    f"max_steps={self.max_steps} reached: the plan is not carried out further; "
-                    "the last step's result is the answer",
-                )
-                async for ev in self._finish(ctx, result):
-                    yield ev
-                return
-            yield _result(decision.call, f"plan updated:\n{render_steps(plan)}")
 
     async def _finish(self, ctx: RunContext, answer: str) -> AsyncIterator[AgentEvent]:
         ctx.set_session_value(FINAL_ANSWER_KEY, answer)
         yield AgentEvent.from_message(Message.assistant(answer))
 
-    async def _ask(self, ctx: RunContext, model: ChatModel, request: ModelRequest) -> Message:
-        """The model's reply, through the plugins' model hooks when the Runner has any."""
+    async def _ask(
+        self, ctx: RunContext, model: ChatModel, request: ModelRequest
+    ) -> Message | None:
+        """The model's reply, through the plugins' model hooks when the Runner has any; None
+        when an immediate cancel of the run cut the call (D26: nothing of it is kept)."""
+        cancel = ctx.options.cancel
+        if cancel is None:
+            return await self._reply(ctx, model, request)
+        try:
+            with cancel.cut_point():
+                reply = await self._reply(ctx, model, request)
+        except CallCut:
+            return None
+        if cancel.mode is not None:
+            # A reply arrived after the cancel: with AFTER_MODEL that was the safe point, and
+            # no agent of the run starts another model call.
+            cancel.replied = True
+        return reply
+
+    async def _reply(self, ctx: RunContext, model: ChatModel, request: ModelRequest) -> Message:
         inv = ctx.options.invocation
         reply: Message | None = None
         if inv is not None and inv.plugins:
@@ -341,6 +392,17 @@ class _PlanExecuteCore:
 def _result(call: ToolCall, text: str) -> AgentEvent:
     """The tool result answering a decision call (so the history pairs every call)."""
     return AgentEvent.from_message(Message.tool(text, tool_call_id=call.id, tool_name=call.name))
+
+
+def _replan_request(objective: str, plan: list[str], past: list[dict[str, str]]) -> ModelRequest:
+    """The replanner's request after a step: the objective, the plan it last set (the step
+    just done first) and every completed step with its result."""
+    prompt = REPLANNER_PROMPT.format(
+        objective=objective, plan=render_steps(plan), past_steps=render_past_steps(past)
+    )
+    return ModelRequest(
+        [Message.system(REPLANNER_INSTRUCTION), Message.user(prompt)], [PLAN_TOOL, RESPOND_TOOL]
+    )
 
 
 def _child_resume(ctx: RunContext, sub: FlowAgent, info: ResumeInfo) -> ResumeInfo:
