@@ -429,7 +429,9 @@ class PlanExecute(FlowAgent):
     for each step done, the result being the executor's last message), ``final_answer``.
     The planner's and replanner's decisions are events of this agent (their tool call, then a
     tool result); the executor's events are its own. An interrupt inside the executor pauses
-    the whole agent; the resume continues that step. Prompts: docs/plan-execute.md.
+    the whole agent; the resume continues that step. A cancel of the run (D26) treats the
+    planner's and the replanner's calls as a chat agent's model calls: an immediate one cuts
+    the call, the resume makes it again. Prompts: docs/plan-execute.md.
 
     >>> import asyncio
     >>> import relaykit as rk
