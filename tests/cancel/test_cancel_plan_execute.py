@@ -27,6 +27,7 @@ from relaykit.checkpoints.document import decode_checkpoint
 from relaykit.sessions import SessionEvent
 from tests.cancel.support import (
     Counter,
+    Gate,
     GatedModel,
     asks,
     call,
@@ -49,7 +50,8 @@ def decide(tool: str, **args: Any) -> Message:
 class Setup:
     """A two-step plan: the planner plans both steps, the executor (a chat agent) runs one
     ``work`` tool call per step and answers, the replanner keeps step two, then answers.
-    Each model may hold the calls numbered in its ``gated`` (1 = its first call)."""
+    Each model may hold the calls numbered in its ``gated`` (1 = its first call); the tool
+    waits at ``tool`` when given."""
 
     def __init__(
         self,
@@ -57,8 +59,10 @@ class Setup:
         planner: tuple[int, ...] = (),
         executor: tuple[int, ...] = (),
         replanner: tuple[int, ...] = (),
+        tool: Gate | None = None,
+        plugins: tuple[rk.Plugin, ...] = (),
     ) -> None:
-        self.work = Counter("work")
+        self.work = Counter("work", tool)
         self.planner = GatedModel([decide("plan", steps=["Step one.", "Step two."])], planner)
         self.executor = GatedModel(
             [
@@ -76,7 +80,7 @@ class Setup:
         worker = rk.ChatModelAgent("worker", model=self.executor, tools=[self.work.tool])
         self.agent = rk.PlanExecute(self.planner, worker, self.replanner)
         self.store = rk.InMemoryCheckpointStore()
-        self.runner = rk.Runner(self.agent, checkpoint_store=self.store)
+        self.runner = rk.Runner(self.agent, checkpoint_store=self.store, plugins=plugins)
 
     def assert_finished_once(self, done: rk.RunResult) -> None:
         """The run answered, and every model reply and tool call it needed happened once."""
@@ -324,6 +328,65 @@ async def test_a_timeout_escalates_and_cuts_a_replanner_call_that_hangs() -> Non
     assert (await s.state(outcome.checkpoint_id)).resume_at == "replan"
     done = await s.runner.invoke_resume(outcome.checkpoint_id)
     s.assert_finished_once(done)
+
+
+async def test_an_immediate_cancel_in_a_step_cuts_the_executor_and_the_resume_continues_it() -> (
+    None
+):
+    s = Setup(tool=Gate())
+    handle = s.runner.query(OBJECTIVE)
+    running = asyncio.ensure_future(handle.result())
+    assert s.work.gate is not None
+    await s.work.gate.entered.wait()  # step one's tool call is in progress
+
+    outcome = await handle.cancel()
+    result = await running
+
+    assert result.interrupt is not None and s.work.cut == ["one"]
+    assert point_addresses(result.interrupt) == [[f"agent:{PE}", "agent:worker", "tool:work:t1"]]
+    assert (await s.state(outcome.checkpoint_id)).resume_at == "step"
+    s.work.gate = None
+    done = await s.runner.invoke_resume(outcome.checkpoint_id)
+    assert done.output is not None and done.output.content == "all done"
+    assert s.work.started == ["one", "one", "two"]  # the cut call ran again, from the start
+    assert s.work.finished == ["one", "two"] and len(s.executor.requests) == 4
+    assert len(s.planner.requests) == 1 and len(s.replanner.requests) == 2
+
+
+class ModelHooks(rk.Plugin):
+    """Records the model hooks the plan-execute agent's calls go through."""
+
+    def __init__(self) -> None:
+        super().__init__("model-hooks")
+        self.log: list[tuple[str, str]] = []
+
+    async def before_model(
+        self, ctx: rk.InvocationContext, agent_name: str, request: rk.ModelRequest
+    ) -> Message | None:
+        self.log.append(("before", agent_name))
+        return None
+
+    async def after_model(
+        self, ctx: rk.InvocationContext, agent_name: str, response: Message
+    ) -> Message | None:
+        self.log.append(("after", agent_name))
+        return None
+
+
+async def test_an_immediate_cancel_cuts_a_planner_call_made_through_the_model_hooks() -> None:
+    hooks = ModelHooks()
+    s = Setup(planner=(1,), plugins=(hooks,))
+    handle = s.runner.query(OBJECTIVE)
+    running = asyncio.ensure_future(handle.result())
+    await s.planner.gate.entered.wait()
+
+    outcome = await handle.cancel()
+    await running
+
+    assert hooks.log == [("before", PE)]  # the cut call never replied
+    done = await s.runner.invoke_resume(outcome.checkpoint_id)
+    s.assert_finished_once(done)
+    assert hooks.log[:3] == [("before", PE), ("before", PE), ("after", PE)]
 
 
 # -- after the end, and cancellation from outside -----------------------------------------------
