@@ -116,6 +116,20 @@ async def _cancel_at(
     return events, outcome
 
 
+async def _cancel_in_call(
+    handle: RunHandle, gate: Gate, mode: CancelMode = CancelMode.IMMEDIATE
+) -> tuple[CancelOutcome, rk.RunResult]:
+    """Run ``handle`` to its end; once a call waits at ``gate``, cancel with ``mode``, then
+    open the gate (an immediate cancel has cut the call by then; the other modes wait for its
+    reply). The cancel's outcome and the run's result."""
+    running = asyncio.ensure_future(handle.result())
+    await gate.entered.wait()
+    cancelling = asyncio.ensure_future(handle.cancel(mode))
+    await asyncio.sleep(0)
+    gate.opened.set()
+    return await cancelling, await running
+
+
 def _says(text: str) -> Any:
     return lambda ev: ev.message is not None and ev.message.content == text
 
@@ -130,12 +144,8 @@ def _own_point(info: rk.InterruptInfo, mode: CancelMode) -> None:
 # -- the planner's call ------------------------------------------------------------------------
 async def test_an_immediate_cancel_cuts_the_planner_call_and_the_resume_plans_once() -> None:
     s = Setup(planner=(1,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.planner.gate.entered.wait()  # the planner's call is in progress
-
-    outcome = await handle.cancel(CancelMode.IMMEDIATE)
-    result = await running
+    # The planner's call is in progress when the cancel comes.
+    outcome, result = await _cancel_in_call(s.runner.query(OBJECTIVE), s.planner.gate)
 
     assert not outcome.already_ended and outcome.checkpoint_id is not None
     assert result.interrupt is not None and result.interrupt == outcome.interrupt
@@ -160,15 +170,7 @@ async def test_a_cancel_during_the_planner_call_keeps_the_plan_and_stops_before_
     mode: CancelMode,
 ) -> None:
     s = Setup(planner=(1,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.planner.gate.entered.wait()
-
-    cancelling = asyncio.ensure_future(handle.cancel(mode))
-    await asyncio.sleep(0)
-    s.planner.gate.opened.set()  # the planner replies
-    outcome = await cancelling
-    result = await running
+    outcome, result = await _cancel_in_call(s.runner.query(OBJECTIVE), s.planner.gate, mode)
 
     assert result.interrupt is not None and result.interrupt.data == Cancelled(mode)
     # The plan is kept; the executor never started: the resume starts it.
@@ -185,12 +187,8 @@ async def test_a_cancel_during_the_planner_call_keeps_the_plan_and_stops_before_
 # -- the end of a step and the replanner's call -------------------------------------------------
 async def test_an_immediate_cancel_cuts_the_replanner_call_and_keeps_the_step_done() -> None:
     s = Setup(replanner=(1,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.replanner.gate.entered.wait()  # step one is done; the replanner decides
-
-    outcome = await handle.cancel()
-    result = await running
+    # Step one is done; the replanner is deciding on it when the cancel comes.
+    outcome, result = await _cancel_in_call(s.runner.query(OBJECTIVE), s.replanner.gate)
 
     assert result.interrupt is not None
     _own_point(result.interrupt, CancelMode.IMMEDIATE)
@@ -214,15 +212,7 @@ async def test_a_cancel_during_the_replanner_call_keeps_its_plan_and_stops_befor
     mode: CancelMode,
 ) -> None:
     s = Setup(replanner=(1,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.replanner.gate.entered.wait()
-
-    cancelling = asyncio.ensure_future(handle.cancel(mode))
-    await asyncio.sleep(0)
-    s.replanner.gate.opened.set()
-    outcome = await cancelling
-    result = await running
+    outcome, result = await _cancel_in_call(s.runner.query(OBJECTIVE), s.replanner.gate, mode)
 
     assert result.interrupt is not None and result.interrupt.data == Cancelled(mode)
     assert texts(result.events)[-2:] == [(PE, "assistant", ""), (PE, "tool", PLAN_UPDATED)]
@@ -253,15 +243,9 @@ async def test_an_after_model_cancel_in_the_steps_last_model_call_stops_before_t
     None
 ):
     s = Setup(executor=(2,))  # the executor's answer to step one is held
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.executor.gate.entered.wait()
-
-    cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_MODEL))
-    await asyncio.sleep(0)
-    s.executor.gate.opened.set()
-    outcome = await cancelling
-    result = await running
+    outcome, result = await _cancel_in_call(
+        s.runner.query(OBJECTIVE), s.executor.gate, CancelMode.AFTER_MODEL
+    )
 
     # That reply was the safe point: no model call after it, the replanner's neither.
     assert result.interrupt is not None
@@ -295,11 +279,7 @@ async def test_a_cancel_between_rounds_stops_before_the_next_step(
 
 async def test_a_resume_cancelled_before_it_starts_pauses_at_the_planner_again() -> None:
     s = Setup(planner=(1,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.planner.gate.entered.wait()
-    first = await handle.cancel()
-    await running
+    first, _ = await _cancel_in_call(s.runner.query(OBJECTIVE), s.planner.gate)
 
     resumed = s.runner.resume(first.checkpoint_id)
     second = await resumed.cancel(CancelMode.AFTER_TOOLS)  # before the planner's call
@@ -333,14 +313,10 @@ async def test_a_timeout_escalates_and_cuts_a_replanner_call_that_hangs() -> Non
 async def test_an_immediate_cancel_in_a_step_cuts_the_executor_and_the_resume_continues_it() -> (
     None
 ):
-    s = Setup(tool=Gate())
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    assert s.work.gate is not None
-    await s.work.gate.entered.wait()  # step one's tool call is in progress
-
-    outcome = await handle.cancel()
-    result = await running
+    gate = Gate()
+    s = Setup(tool=gate)
+    # Step one's tool call is in progress when the cancel comes.
+    outcome, result = await _cancel_in_call(s.runner.query(OBJECTIVE), gate)
 
     assert result.interrupt is not None and s.work.cut == ["one"]
     assert point_addresses(result.interrupt) == [[f"agent:{PE}", "agent:worker", "tool:work:t1"]]
@@ -376,12 +352,7 @@ class ModelHooks(rk.Plugin):
 async def test_an_immediate_cancel_cuts_a_planner_call_made_through_the_model_hooks() -> None:
     hooks = ModelHooks()
     s = Setup(planner=(1,), plugins=(hooks,))
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.planner.gate.entered.wait()
-
-    outcome = await handle.cancel()
-    await running
+    outcome, _ = await _cancel_in_call(s.runner.query(OBJECTIVE), s.planner.gate)
 
     assert hooks.log == [("before", PE)]  # the cut call never replied
     done = await s.runner.invoke_resume(outcome.checkpoint_id)
@@ -403,17 +374,12 @@ async def test_a_cancel_after_the_run_ended_says_so() -> None:
 
 async def test_an_after_model_cancel_in_the_final_decision_lets_the_run_end() -> None:
     s = Setup(replanner=(2,))  # the replanner's answer is held
-    handle = s.runner.query(OBJECTIVE)
-    running = asyncio.ensure_future(handle.result())
-    await s.replanner.gate.entered.wait()
-
-    cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_MODEL))
-    await asyncio.sleep(0)
-    s.replanner.gate.opened.set()
-    outcome = await cancelling
+    outcome, result = await _cancel_in_call(
+        s.runner.query(OBJECTIVE), s.replanner.gate, CancelMode.AFTER_MODEL
+    )
 
     assert outcome.already_ended and outcome.checkpoint_id is None
-    s.assert_finished_once(await running)
+    s.assert_finished_once(result)
 
 
 @pytest.mark.parametrize("held", ["planner", "replanner"])
@@ -481,11 +447,7 @@ async def test_a_cut_decision_call_pauses_the_session_and_resume_continues_it(
     model = s.planner if held == "planner" else s.replanner
     runner = rk.Runner(s.agent, app_name=APP, session_service=service)
     handle = runner.run([Message.user(OBJECTIVE)], user_id=USER, session_id=SID)
-    running = asyncio.ensure_future(handle.result())
-    await model.gate.entered.wait()
-
-    outcome = await handle.cancel()
-    await running
+    outcome, _ = await _cancel_in_call(handle, model.gate)
 
     assert outcome.checkpoint_id is None and outcome.interrupt is not None  # kept with the session
     _own_point(outcome.interrupt, CancelMode.IMMEDIATE)
