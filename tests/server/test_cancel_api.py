@@ -140,6 +140,9 @@ async def test_bad_cancel_bodies_are_422_and_cancel_nothing() -> None:
             {"timeout": -1},
             {"timeout": "soon"},
             {"timeout": 1e9},
+            {"timeout": False, "mode": "after_tools"},
+            {"timeout": True},
+            {"timeout": "1"},
             {"mode": "immediate", "extra": 1},
         ):
             response = await http.post("/sessions/s1/cancel", json=body, headers=ANA)
@@ -166,6 +169,7 @@ async def test_a_cancel_after_the_turn_ended_is_409_and_the_session_has_no_pause
             "/sessions/s1/turns", json={"text": "Where is order 7?", "stream": False}, headers=ANA
         )
         assert done.json()["output"] == "Order 7 left on Monday."
+        await asyncio.gather(*desk.app.state.turns)  # its task has ended too
         late = await http.post("/sessions/s1/cancel", json={"mode": "after_model"}, headers=ANA)
         assert late.status_code == 409
         assert "no turn of this session is running" in late.json()["error"]["message"]
@@ -192,3 +196,54 @@ def test_the_openapi_document_describes_cancel() -> None:
     assert "409" in operation["responses"] and "200" in operation["responses"]
     schema = json.dumps(document["components"]["schemas"]["CancelIn"])
     assert "after_model" in schema and "after_tools" in schema
+
+
+async def test_a_turn_is_cancellable_before_its_first_event() -> None:
+    """A model call in progress delivers no event yet: the turn is cancellable all the same."""
+    called = asyncio.Event()
+
+    class Thinking(rk.ScriptedModel):
+        async def generate(self, request: Any) -> Message:
+            called.set()
+            await asyncio.Event().wait()  # only a cut ends it
+            raise AssertionError("unreachable")
+
+    answers = [Message.assistant("Order 7 left on Monday.")]
+    agent = rk.ChatModelAgent("orders", model=Thinking([]))
+    runner = rk.Runner(agent, session_service=rk.InMemorySessionService())
+    async with app_client(create_app(runner)) as http:
+        await http.post("/sessions", json={"session_id": "s1"})
+        running = asyncio.create_task(http.post("/sessions/s1/turns", json={"text": "hi"}))
+        await asyncio.wait_for(called.wait(), 5)
+        cancelled = await http.post("/sessions/s1/cancel", json={})
+        assert cancelled.status_code == 200, cancelled.text
+        interrupt = cancelled.json()["interrupt"]
+        assert interrupt["cancelled"] == {"mode": "immediate", "escalated": False}
+        events = parse_sse((await running).text)
+        assert events[-1][0] == "done" and events[-1][1]["interrupt"] == interrupt
+        # The resume calls the model again (now one that answers).
+        agent.model = rk.ScriptedModel(answers)
+        resumed = parse_sse((await http.post("/sessions/s1/resume", json={})).text)
+        assert resumed[-1][1]["output"] == "Order 7 left on Monday."
+
+
+async def test_a_cancel_in_progress_does_not_hold_up_the_shutdown() -> None:
+    """A cancel waiting for its safe point (a tool that never ends, no timeout) is stopped
+    with the turns when the shutdown's grace has passed; its request says so."""
+    desk = Desk()
+    app = create_app(desk.runner, api_keys={"k-ana": "ana"}, shutdown_grace=0.05)
+    async with app.router.lifespan_context(app), app_client(app) as http:
+        running = await _started(desk, http, {"text": "Where is order 7?"})
+        waiting = asyncio.create_task(
+            http.post("/sessions/s1/cancel", json={"mode": "after_tools"}, headers=ANA)
+        )
+        while not app.state.turns or not any(not t.done() for t in app.state.turns):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.05)  # the cancel is waiting for the tool batch to end
+        assert not waiting.done()
+    # The lifespan ended: the turn and the cancel were stopped within the grace.
+    answer = await asyncio.wait_for(waiting, 5)
+    assert answer.status_code == 503
+    assert answer.json()["error"]["type"] == "unavailable"
+    assert "shut down before the turn stopped" in answer.json()["error"]["message"]
+    await asyncio.wait_for(running, 5)

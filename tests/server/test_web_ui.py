@@ -693,3 +693,38 @@ async def test_stop_pauses_the_running_turn_and_continue_finishes_it(
         if e["message"] is not None and e["message"]["role"] == "tool"
     ]
     assert results == ["order 7 left on Monday"]  # the cut call ran again, once
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
+async def test_stop_stops_the_running_turn_while_another_session_is_open(
+    slow_orders: LiveServer,
+) -> None:
+    from playwright.async_api import expect
+
+    async with _page() as page:
+        problems = _watch(page)
+        other = await _new_session(page, slow_orders.url)
+        await page.click("#new-session")
+        title = page.locator("#session-title")
+        await expect(title).not_to_contain_text(other)
+        busy = await page.locator("#session-list .session.open").get_attribute("data-id")
+        assert busy and busy != other
+        await page.fill("#message", "Where is order 7?")
+        await page.press("#message", "Enter")
+        await expect(page.locator("#chat-log")).to_contain_text("orders calls lookup")
+        # Open the other session while the turn runs, and stop from there.
+        await page.locator(f'#session-list .session[data-id="{other}"] .open-session').click()
+        await expect(title).to_contain_text(other)
+        await page.click("#stop")
+        await expect(page.locator("#stop")).to_be_hidden()
+        await expect(page.locator("#send")).to_be_enabled()
+        # The running session holds the stopped turn; the open one has nothing paused.
+        await page.locator(f'#session-list .session[data-id="{busy}"] .open-session').click()
+        await expect(page.locator("#pause .pause-card.stopped")).to_be_visible()
+        assert problems == []
+
+    async with httpx.AsyncClient(base_url=slow_orders.url) as http:
+        stopped = (await http.get(f"/sessions/{busy}")).json()["pause"]
+        untouched = (await http.get(f"/sessions/{other}")).json()["pause"]
+    assert stopped is not None and stopped["cancelled"]["mode"] == "immediate"
+    assert untouched is None

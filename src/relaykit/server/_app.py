@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from relaykit.cancel import CancelMode, RunHandle
+from relaykit.cancel import CancelMode, CancelOutcome, RunHandle
 from relaykit.errors import (
     ConfigurationError,
     SerializationError,
@@ -153,14 +153,17 @@ def create_app(
     service: SessionService = runner.session_service
     app_name = runner.app_name
     tasks: set[asyncio.Task[None]] = set()
-    # The turns running in this process, by (user, session), for POST .../cancel. The session
-    # lock lets one turn of a session run at a time, so a key holds at most one.
-    running: dict[tuple[str, str], RunHandle] = {}
+    # The turns of this process, by (user, session), oldest first, for POST .../cancel: from
+    # the moment they are started (one may wait for the session's lock behind another).
+    running: dict[tuple[str, str], list[RunHandle]] = {}
+    # The cancels in progress (each drives its turn to the safe point): stopped at shutdown
+    # with the turns, which would otherwise wait for them.
+    cancels: set[asyncio.Task[CancelOutcome]] = set()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        await _drain(tasks, shutdown_grace)
+        await _drain(tasks, shutdown_grace, cancels)
 
     app = FastAPI(
         title=f"relaykit: {app_name}",
@@ -304,20 +307,25 @@ def create_app(
             root_name=runner.agent.name,
             tasks=tasks,
         )
+        if isinstance(events, RunHandle):
+            # Cancellable from now on: also while the turn waits for the session's lock or for
+            # its first event (a model call in progress).
+            key = (user, session_id)
+            handle = events
+            running.setdefault(key, []).append(handle)
+
+            def forget(_: asyncio.Task[None]) -> None:
+                handles = running.get(key)
+                if handles is not None and handle in handles:
+                    handles.remove(handle)
+                    if not handles:
+                        del running[key]
+
+            turn.task.add_done_callback(forget)
         first = await turn.first()
         if first.kind == "failed":
             assert first.error is not None
             raise from_exception(first.error)
-        if isinstance(events, RunHandle) and not turn.task.done():
-            # Started: the turn holds the session's lock (kept until its task ends).
-            key = (user, session_id)
-            running[key] = events
-
-            def forget(_: asyncio.Task[None]) -> None:
-                if running.get(key) is events:
-                    del running[key]
-
-            turn.task.add_done_callback(forget)
         if not stream:
             collected = [first]
             async for batch in turn.batches():
@@ -390,19 +398,30 @@ def create_app(
         (``resume`` continues it, a new turn abandons it); 409 when no turn of the session
         runs in this server process."""
         await head(user, session_id)
-        handle = running.get((user, session_id))
-        if handle is None:
+        handles = running.get((user, session_id))
+        if not handles:
             raise ApiError(
                 409,
                 "not_running",
                 "no turn of this session is running in this server (it ended, or another "
                 "server process runs it)",
             )
-        # Shielded: a client that goes away does not take the cancel's timeout with it (the
-        # run would wait for its safe point with no escalation).
-        outcome = await asyncio.shield(
-            asyncio.ensure_future(handle.cancel(CancelMode(body.mode), timeout=body.timeout))
-        )
+        # The oldest: the one holding the session's lock, or the next to take it.
+        handle = handles[0]
+        # In a task of its own, shielded: a client that goes away does not take the cancel's
+        # timeout with it (the run would wait for its safe point with no escalation).
+        task = asyncio.ensure_future(handle.cancel(CancelMode(body.mode), timeout=body.timeout))
+        cancels.add(task)
+        task.add_done_callback(cancels.discard)
+        task.add_done_callback(_retrieve)
+        try:
+            outcome = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this request was cancelled, not the cancel
+            raise ApiError(
+                503, "unavailable", "the server shut down before the turn stopped"
+            ) from None
         return CancelOut.of(outcome)
 
     def openapi() -> dict[str, Any]:
@@ -415,8 +434,19 @@ def create_app(
     return app
 
 
-async def _drain(tasks: set[asyncio.Task[None]], grace: float) -> None:
-    """Let the running turns end (and be stored) within ``grace`` seconds; cancel the rest.
+def _retrieve(task: asyncio.Task[CancelOutcome]) -> None:
+    """Retrieve a cancel's exception (its client may have gone): logged, never unretrieved."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.warning("a cancel request failed: %s", type(exc).__name__)
+
+
+async def _drain(
+    tasks: set[asyncio.Task[None]],
+    grace: float,
+    cancels: set[asyncio.Task[CancelOutcome]] | None = None,
+) -> None:
+    """Let the running turns end (and be stored) within ``grace`` seconds; cancel the rest
+    (and the cancels in progress first: a turn being cancelled waits for its cancel).
 
     A cancelled turn's Runner releases its session lock and stores nothing more: the events
     stored so far stay, and the next turn of the session runs as usual.
@@ -427,6 +457,8 @@ async def _drain(tasks: set[asyncio.Task[None]], grace: float) -> None:
     if not pending:
         return
     logger.warning("shutdown: cancelling %d turn(s) still running after %gs", len(pending), grace)
+    for cancel in list(cancels or ()):
+        cancel.cancel()
     for task in pending:
         task.cancel()
     _, stuck = await asyncio.wait(pending, timeout=_CANCEL_GRACE)

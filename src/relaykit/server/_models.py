@@ -205,6 +205,7 @@ class CancelIn(BaseModel):
     )
     timeout: float | None = Field(
         default=None,
+        strict=True,  # a number: not true, false or "1"
         ge=0,
         le=MAX_CANCEL_TIMEOUT,
         allow_inf_nan=False,
@@ -340,7 +341,8 @@ class InterruptOut(BaseModel):
     contexts: list[InterruptPointOut]
     cancelled: CancelledOut | None = Field(
         default=None,
-        description="Set when a cancel paused the run: a resume without targets continues it.",
+        description="Set when a cancel paused the run: a resume continues it (points that "
+        "are not `cancelled` still need their answers).",
     )
 
     @classmethod

@@ -21,6 +21,7 @@ const state = {
   selected: null, // the selected event
   pending: null, // the pause waiting for an answer: {author, contexts}
   busy: false, // a turn is running
+  turnSession: null, // the session of the turn running (or last run): what Stop cancels
 };
 
 const chat = new Chat($("chat-log"), select);
@@ -258,6 +259,7 @@ async function deleteSession(id) {
 /** Run a turn or a resume, showing its events and chunks as they come. */
 async function runTurn(start) {
   const id = state.session.id;
+  state.turnSession = id;
   state.pending = null;
   setBusy(true);
   drawPause();
@@ -338,15 +340,21 @@ async function send(event) {
 /** Stop the running turn: the server keeps it as the session's pause, which the turn's own
  * stream then ends with (its form offers Continue). */
 async function stop() {
-  if (!state.busy || !state.session) return;
+  // The session whose turn runs (another one may be open meanwhile).
+  const id = state.turnSession;
+  if (!state.busy || !id) return;
   const button = $("stop");
   button.disabled = true;
   button.textContent = "Stopping…";
   try {
-    await api.cancel(state.session.id, { mode: "immediate" });
+    await api.cancel(id, { mode: "immediate" });
   } catch (error) {
-    // The turn ended meanwhile: nothing to stop.
-    if (!(error instanceof ApiError && error.type === "not_running")) report(error);
+    if (!state.busy || state.turnSession !== id) return; // the turn ended meanwhile
+    button.disabled = false;
+    button.textContent = "Stop";
+    if (error instanceof ApiError && error.type === "not_running") {
+      toast("This turn cannot be stopped from here: this server process does not run it.");
+    } else report(error);
   }
 }
 

@@ -51,7 +51,8 @@ export function pauseForm(pending, submit) {
       return;
     }
     status.textContent = "sending…";
-    if (!stopped.length && points.every((p) => answers.get(p.id).kind === "tool")) {
+    // Tool responses also continue the points a cancel stopped: sent as they were typed.
+    if (points.every((p) => answers.get(p.id).kind === "tool")) {
       const messages = points.map((p) => ({
         role: "tool",
         tool_call_id: answers.get(p.id).callId,
