@@ -25,6 +25,8 @@ __all__ = [
     "transfer_messages",
 ]
 
+_new_object = object.__new__
+
 #: The name of the tool an LLM agent calls to hand control to another agent.
 TRANSFER_TOOL_NAME = "transfer_to_agent"
 
@@ -272,14 +274,25 @@ class AgentEvent:
         return cls(action=AgentAction(transfer_to_agent=TransferToAgentAction(dest_agent_name)))
 
     def stamped(self, agent_name: str, run_path: RunPath) -> AgentEvent:
-        """A copy with ``agent_name`` and ``run_path`` set (the original is not changed).
+        """A copy with ``agent_name`` and ``run_path`` set (the original is not changed; the
+        copy is not ``internal`` and has no ``stored_id``).
 
         >>> AgentEvent.exit().stamped("triage", (RunStep("triage"),)).agent_name
         'triage'
         """
-        return AgentEvent(
-            agent_name, run_path, self.output, self.action, self.error, self.state_delta
-        )
+        # Flow agents stamp every event: the fields are set here rather than through
+        # ``AgentEvent(...)``, whose call of the generated ``__init__`` costs more than the
+        # copy itself.
+        new = _new_object(AgentEvent)
+        new.agent_name = agent_name
+        new.run_path = run_path
+        new.output = self.output
+        new.action = self.action
+        new.error = self.error
+        new.state_delta = self.state_delta
+        new.internal = False
+        new.stored_id = None
+        return new
 
     @property
     def message(self) -> Message | None:

@@ -400,7 +400,7 @@ class FlowAgent:
                         yield ev
                         continue
                     action = ev.action
-                    ev = AgentEvent(name, path, ev.output, action, ev.error, ev.state_delta)
+                    ev = ev.stamped(name, path)
                     # (attributes, not the ``active`` property: this runs for every event)
                     if (
                         action is None
@@ -413,12 +413,12 @@ class FlowAgent:
                             out.stream is None
                             and (out.message is None or not out.message.tool_calls)
                         ):
-                            record(RecordedEvent(ev))
+                            record(RecordedEvent.of(ev))
                             yield ev
                             continue
                     if isinstance(trailing, HeldExit):  # the exit was not the last event
                         held_exit, trailing = trailing.event, tracker
-                        record(RecordedEvent(held_exit))
+                        record(RecordedEvent.of(held_exit))
                         yield held_exit
                     outs = await tracker.offer(ev)
                     if (
@@ -432,7 +432,7 @@ class FlowAgent:
                     for out_ev in outs:
                         a = out_ev.action
                         if a is None or a.interrupted is None:
-                            record(RecordedEvent(out_ev))
+                            record(RecordedEvent.of(out_ev))
                         yield out_ev
         except BaseException as exc:
             # D9/D24: the agent ending with any exception (a CancelledError it caught from
