@@ -389,6 +389,10 @@ class FlowAgent:
         # ``trailing`` is ``tracker``, or a ``HeldExit`` (which keeps the loop off its fast
         # path) while an own exit waits for after_agent.
         trailing: TrailingTransfers | HeldExit = tracker
+        # True while ``trailing`` is the tracker and it is not active (neither holding nor
+        # tracking transfers): a local flag, since it is tested for every event and changes
+        # only on the slow path below.
+        quiet = True
         last: AgentEvent | None = None
         try:
             async with closing(gen):
@@ -400,22 +404,17 @@ class FlowAgent:
                         yield ev
                         continue
                     action = ev.action
-                    ev = ev.stamped(name, path)
-                    # (attributes, not the ``active`` property: this runs for every event)
-                    if (
-                        action is None
-                        and ev.error is None
-                        and not trailing.holding
-                        and not trailing.events
-                    ):
+                    if action is None and quiet and ev.error is None:
                         out = ev.output  # the common case: a plain message, no transfer
                         if out is None or (
                             out.stream is None
-                            and (out.message is None or not out.message.tool_calls)
+                            and ((msg := out.message) is None or not msg.tool_calls)
                         ):
+                            ev = ev.stamped(name, path)
                             record(RecordedEvent.of(ev))
                             yield ev
                             continue
+                    ev = ev.stamped(name, path)
                     if isinstance(trailing, HeldExit):  # the exit was not the last event
                         held_exit, trailing = trailing.event, tracker
                         record(RecordedEvent.of(held_exit))
@@ -429,6 +428,7 @@ class FlowAgent:
                         and outs[-1] is ev
                     ):
                         trailing = HeldExit(outs.pop())
+                    quiet = trailing is tracker and not tracker.holding and not tracker.events
                     for out_ev in outs:
                         a = out_ev.action
                         if a is None or a.interrupted is None:
