@@ -70,25 +70,50 @@ def superseded_ids(event: SessionEvent) -> set[str] | None:
     return set(ids)
 
 
-def earlier_attempt(events: Sequence[SessionEvent], invocation_id: str) -> list[str]:
-    """The ids of the agents' events the paused invocation stored after its last interrupt
-    event: an earlier attempt to continue it that did not finish."""
-    last = None
+def earlier_attempt(
+    events: Sequence[SessionEvent], invocation_id: str, after: str | None = None
+) -> list[str]:
+    """The ids of the agents' events the paused invocation stored after its pause was saved:
+    an earlier attempt to continue it that did not finish.
+
+    ``after`` is the id of the last event stored before the pause (``SessionPause``): what
+    follows it is the earlier attempt, also when that attempt paused again but died (or failed
+    to store) before its own interrupt event was stored. Without it (a pause stored by an
+    older relaykit), or when that event is not in ``events``, the attempt starts after the
+    invocation's last interrupt event. Interrupt events are never listed (they are no part of
+    any history), nor the user's events or state-only ones (their state was applied).
+    """
+    start = _position(events, after) if after is not None else None
+    if start is None:
+        start = _last_interrupt(events, invocation_id)
+    if start is None:
+        return []
+    return [
+        event.id
+        for event in events[start + 1 :]
+        if event.invocation_id == invocation_id
+        and event.author != USER_AUTHOR
+        and event.message is not None
+        and (event.action is None or event.action.interrupted is None)
+    ]
+
+
+def _position(events: Sequence[SessionEvent], event_id: str) -> int | None:
+    """The index of the event ``event_id`` in ``events`` (searched from the end), or None."""
+    for i in range(len(events) - 1, -1, -1):
+        if events[i].id == event_id:
+            return i
+    return None
+
+
+def _last_interrupt(events: Sequence[SessionEvent], invocation_id: str) -> int | None:
+    """The index of the invocation's last interrupt event in ``events``, or None."""
     for i in range(len(events) - 1, -1, -1):
         event = events[i]
         action = event.action
         if event.invocation_id == invocation_id and action is not None and action.interrupted:
-            last = i
-            break
-    if last is None:
-        return []
-    return [
-        event.id
-        for event in events[last + 1 :]
-        if event.invocation_id == invocation_id
-        and event.author != USER_AUTHOR
-        and event.message is not None  # (state-only events stay: their state was applied)
-    ]
+            return i
+    return None
 
 
 def record_of(event: SessionEvent) -> RecordedEvent | None:
@@ -177,16 +202,18 @@ def pending_tool_calls(
     ]
 
 
-def stopped_calls(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+def stopped_calls(events: Sequence[SessionEvent], text: str = STOPPED_TEXT) -> list[SessionEvent]:
     """``pending_tool_calls`` of the latest invocation (its events at the end of ``events``),
-    answered ``STOPPED_TEXT``: the calls it left without a result when it stopped early."""
+    answered ``text``: the calls it left without a result when it stopped early (or, answered
+    ``ABANDONED_TEXT``, those of a paused invocation whose pause cannot be read: the paused
+    invocation is always the latest one)."""
     if not events:
         return []
     latest = events[-1].invocation_id
     start = len(events)
     while start > 0 and events[start - 1].invocation_id == latest:
         start -= 1
-    return pending_tool_calls(events[start:], latest, STOPPED_TEXT)
+    return pending_tool_calls(events[start:], latest, text)
 
 
 def last_speaker(events: Sequence[SessionEvent], agents: Iterable[str]) -> str | None:

@@ -17,10 +17,10 @@ from relaykit._session_history import (
     Route,
     earlier_attempt,
     last_speaker,
-    pending_tool_calls,
     record_of,
     stopped_calls,
     stored_action,
+    superseded_ids,
     superseding,
     user_record,
 )
@@ -97,6 +97,9 @@ class Run:
         # Every event this turn stored, in order.
         self.stored: list[SessionEvent] = []
         self.cached: _Cached | None = None
+        # The id of the history's last event (the cache's, then this turn's; markers left
+        # out): a pause saved now records it (SessionPause.last_event_id).
+        self.last_event_id: str | None = None
         # A compaction summary was appended (the cached history no longer starts right).
         self.compacted = False
         # Attachments saved as artifacts so far by this turn.
@@ -109,7 +112,15 @@ class Run:
         except Exception as exc:
             raise _StoreFailed(exc) from exc
         self.stored.append(stored)
+        if superseded_ids(stored) is None:
+            self.last_event_id = stored.id
         return stored
+
+    def read(self, cached: _Cached) -> None:
+        """Take ``cached`` as the session's history read for this turn."""
+        self.cached = cached
+        if cached.events:
+            self.last_event_id = cached.events[-1].id
 
     def failure_event(self, failed: _StoreFailed) -> AgentEvent:
         exc = failed.args[0]
@@ -181,11 +192,11 @@ class Run:
         without its result (providers reject it). Stored, not delivered."""
         await self._answer(stopped_calls(cached.events))
 
-    async def supersede(self, cached: _Cached) -> None:
+    async def supersede(self, pause: SessionPause, cached: _Cached) -> None:
         """A continuation retried (the earlier attempt stopped, failed to store, or died):
         what that attempt stored after the pause is left out of every later history, so the
         retry's events do not repeat or cross it (the resumed step runs at least once)."""
-        ids = earlier_attempt(cached.events, self.context.invocation_id)
+        ids = earlier_attempt(cached.events, self.context.invocation_id, pause.last_event_id)
         if ids:
             await self.append(
                 SessionEvent(
@@ -196,10 +207,11 @@ class Run:
                 )
             )
 
-    async def abandon(self, pause: SessionPause, cached: _Cached) -> None:
-        """A new text turn while paused: answer the pending calls, drop the pause (D12)."""
+    async def abandon(self, answers: list[SessionEvent]) -> None:
+        """A new text turn while paused: store the ``answers`` to the pending calls, drop the
+        pause (D12)."""
         ref = self.turn.ref
-        await self._answer(pending_tool_calls(cached.events, pause.invocation_id))
+        await self._answer(answers)
         try:
             await self.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
         except Exception as exc:
@@ -348,7 +360,7 @@ class Run:
                     yield failure
                 else:
                     _, cached = await owner._read(self.turn.ref)
-                    self.cached = cached
+                    self.read(cached)
                     self.compacted = True  # this turn's own events are in the cache now
             history = self.context_for(cached, None)
             root_input = AgentInput(list(stored_texts), owner.streaming)
@@ -439,6 +451,8 @@ class Run:
                                 await self.store(err, None)
                                 yield err
                                 continue
+                            # The pause, then its interrupt event: a crash between the writes
+                            # is safe, the pause names the event it follows (earlier_attempt).
                             saved = await self._save_pause(ctx, ev, info)
                             if saved is not None:  # the pause could not be saved
                                 await self.store(saved, None)
@@ -513,7 +527,7 @@ class Run:
         try:
             data = await encode_checkpoint(Checkpoint.of(ctx, info), self.owner.signing_key)
             pause = dumps(
-                SessionPause(self.context.invocation_id, data),
+                SessionPause(self.context.invocation_id, data, self.last_event_id),
                 kind=PAUSE_FORMAT,
                 key=self.owner.signing_key,
             )

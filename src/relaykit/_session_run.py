@@ -17,6 +17,7 @@ What a turn does, in order (docs/durable-runner.md has the rules for users):
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -26,8 +27,11 @@ from relaykit._aio import closing
 from relaykit._cancel import CancelSignal
 from relaykit._invocation import Invocation
 from relaykit._session_history import (
+    ABANDONED_TEXT,
     Route,
+    pending_tool_calls,
     routes_of,
+    stopped_calls,
 )
 from relaykit._session_invocation import Run
 from relaykit._session_state import (
@@ -54,6 +58,7 @@ from relaykit.errors import (
     CheckpointNotFoundError,
     ConfigurationError,
     ResumeTargetError,
+    SerializationError,
     SessionExistsError,
     SessionStoreError,
 )
@@ -72,6 +77,8 @@ from relaykit.sessions.base import (
 )
 
 __all__ = ["DEFAULT_SESSION_LOCK_TIMEOUT", "SessionPause", "SessionRunner"]
+
+logger = logging.getLogger("relaykit")
 
 
 class SessionRunner:
@@ -271,7 +278,7 @@ class SessionRunner:
         data = await self.service.get_checkpoint(self.app_name, user_id, session_id)
         if data is None:
             return None
-        pause = _decode_pause(data, ref)
+        pause = _decode_pause(data, ref, self.signing_key)
         _, interrupted = decode_checkpoint(
             pause.checkpoint, key=self.signing_key, what=f"the pause of {ref}"
         )
@@ -281,10 +288,18 @@ class SessionRunner:
         self, turn: _Turn, view: TurnView, cached: _Cached, runs: list[Run]
     ) -> AsyncIterator[AgentEvent]:
         ref, session = turn.ref, view.session
-        pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
         responses = [m for m in turn.messages if m.role == "tool"]
         texts = [m for m in turn.messages if m.role != "tool"]
         resuming = turn.resume or bool(responses)
+        pause: SessionPause | None = None
+        unreadable = False
+        if view.checkpoint is not None:
+            try:
+                pause = _decode_pause(view.checkpoint, ref, self.signing_key)
+            except SerializationError:
+                if resuming:
+                    raise  # nothing to continue from: the caller must know
+                unreadable = True  # a new text turn abandons it all the same (D12)
         targets = dict(turn.targets)
         cp: Checkpoint | None = None
         interrupted: InterruptInfo | None = None
@@ -318,11 +333,11 @@ class SessionRunner:
             context, self.plugins, self.artifact_service, self.memory_service, session
         )
         run = Run(self, turn, session, invocation)
-        run.cached = cached
+        run.read(cached)
         runs.append(run)
         try:
             async with closing(
-                self._turn_events(run, turn, pause, resuming, responses, texts, cached)
+                self._turn_events(run, turn, pause, unreadable, responses, texts, cached)
             ) as events:
                 async for ev in events:
                     yield ev
@@ -343,21 +358,32 @@ class SessionRunner:
         run: Run,
         turn: _Turn,
         pause: SessionPause | None,
-        resuming: bool,
+        unreadable: bool,
         responses: list[Message],
         texts: list[Message],
         cached: _Cached,
     ) -> AsyncIterator[AgentEvent]:
         """Store the user's messages (after abandoning or repairing what an earlier turn left
-        open); an error event, and ``run.ended``, when the turn cannot go on."""
+        open); an error event, and ``run.ended``, when the turn cannot go on. ``unreadable``:
+        a pause is stored but cannot be read (only a new text turn gets here with one)."""
         invocation_id = run.context.invocation_id
+        resuming = turn.resume or bool(responses)
         try:
-            if pause is not None and not resuming:
-                await run.abandon(pause, cached)
+            if unreadable:
+                # Abandoned all the same (a text turn must not depend on it): the calls its
+                # invocation -- always the latest one -- left open, from the stored events.
+                logger.warning(
+                    "the pause of %s cannot be read; the new text message abandons it (the "
+                    "calls left open are answered from the stored events)",
+                    turn.ref,
+                )
+                await run.abandon(stopped_calls(cached.events, ABANDONED_TEXT))
+            elif pause is not None and not resuming:
+                await run.abandon(pending_tool_calls(cached.events, pause.invocation_id))
             elif pause is None:
                 await run.repair(cached)
             else:
-                await run.supersede(cached)
+                await run.supersede(pause, cached)
             already = _stored_responses(cached.events, invocation_id) if resuming else set()
             first = True
             for message in [*responses, *texts]:

@@ -64,6 +64,11 @@ class SessionPause:
     invocation_id: str
     #: The checkpoint document of the interrupted run (``encode_checkpoint``).
     checkpoint: bytes
+    #: The id of the last event of the session's history when the pause was saved: what the
+    #: invocation's agents stored after it belongs to an attempt to continue this pause, which
+    #: a retry leaves out (``earlier_attempt``). None in pauses an older relaykit stored (the
+    #: invocation's last interrupt event marks the pause then).
+    last_event_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -171,10 +176,16 @@ async def _read_plainly(service: SessionService, ref: SessionRef) -> TurnView | 
     return TurnView(plain, HistoryMark(0, count, None), history, False, pause)
 
 
-def _decode_pause(data: bytes, ref: SessionRef) -> SessionPause:
-    pause = loads(data, kind=PAUSE_FORMAT, what=f"the pause of {ref}")
+def _decode_pause(data: bytes, ref: SessionRef, key: bytes | None = None) -> SessionPause:
+    """The pause stored with the session ``ref``; a ``SerializationError`` when it cannot be
+    read: corrupt, not a pause, or -- with a signing ``key`` -- unsigned or not signed with
+    ``key`` (as the checkpoint inside it would be)."""
+    what = f"the pause of {ref}"
+    pause = loads(data, kind=PAUSE_FORMAT, key=key, what=what)
     if not isinstance(pause, SessionPause):
-        raise SerializationError(f"the pause of {ref} does not hold a paused invocation")
+        raise SerializationError(f"{what} does not hold a paused invocation")
+    if not pause.invocation_id or pause.last_event_id == "":
+        raise SerializationError(f"{what} is corrupt: it names no invocation or no event")
     return pause
 
 
