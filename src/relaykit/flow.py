@@ -32,9 +32,9 @@ from relaykit._history import (
     transfer_call_ids,
 )
 from relaykit.agent import Agent, AgentInput
-from relaykit.context import PriorTurns, RecordedEvent, RunContext
+from relaykit.context import PriorTurns, RecordedEvent, RunContext, RunHistory
 from relaykit.errors import ConfigurationError, MaxTransfersError
-from relaykit.events import AgentAction, AgentEvent, RunStep
+from relaykit.events import AgentAction, AgentEvent, RunPath, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of, stateful_interrupt
 from relaykit.messages import Message
 
@@ -87,7 +87,7 @@ class Delegation:
 
     def __init__(
         self,
-        events: AsyncIterator[AgentEvent | Delegation],
+        events: AsyncIterator[FlatItem],
         ctx: RunContext,
         pending: PendingChain | None,
     ) -> None:
@@ -98,6 +98,104 @@ class Delegation:
         #: The rest of the delegating flow agent's transfer chain, saved on an interrupt of
         #: the target's (``FlowAgent._with_pending``); None when nothing follows the target.
         self.pending = pending
+
+
+@final
+class OwnStream:
+    """A flow agent's own events: stamping, recording and the transfers they end with.
+
+    ``FlowAgent._drive`` keeps its agent's stream here. In a flat run it yields this object
+    and the Runner iterates the agent's stream itself: it delivers the plain messages
+    (``take``: stamped and recorded), hands every other event to the flow agent (``asend``),
+    which passes it to ``handle``, sends None when the stream ends (``last`` set), and throws
+    what the stream raised into the flow agent's stream.
+    """
+
+    __slots__ = (
+        "after",
+        "events",
+        "last",
+        "name",
+        "path",
+        "quiet",
+        "record",
+        "tracker",
+        "trailing",
+    )
+
+    #: Nothing of a delegating chain to apply (see ``Delegation.pending``).
+    pending: None = None
+
+    def __init__(
+        self,
+        events: AsyncIterator[AgentEvent],
+        name: str,
+        path: RunPath,
+        history: RunHistory,
+        after: Invocation | None,
+    ) -> None:
+        #: The agent's own stream.
+        self.events = events
+        #: The flow agent's name and run path, stamped on the agent's events.
+        self.name = name
+        self.path = path
+        #: Appends to the flow agent's run history.
+        self.record = history.events.append
+        #: The invocation whose ``after_agent`` hooks run once the agent completes, if any.
+        self.after = after
+        #: The trailing transfer run of the agent's events (D3).
+        self.tracker = TrailingTransfers()
+        #: ``tracker``, or a ``HeldExit`` while an own exit waits for ``after_agent``.
+        self.trailing: TrailingTransfers | HeldExit = self.tracker
+        #: True while ``trailing`` is the tracker and it is neither holding nor tracking
+        #: transfers: a plain message is then delivered as it is.
+        self.quiet = True
+        #: The last event of the stream (set by the Runner when it ends, in a flat run).
+        self.last: AgentEvent | None = None
+
+    def take(self, ev: AgentEvent) -> AgentEvent | None:
+        """``ev`` stamped and recorded when it is a plain message delivered as it is (the
+        fast path; ``FlowAgent._drive`` inlines the same test), else None."""
+        if ev.action is None and self.quiet and ev.error is None and not ev.run_path:
+            out = ev.output
+            if out is None or (
+                out.stream is None and ((msg := out.message) is None or not msg.tool_calls)
+            ):
+                ev = ev.stamped(self.name, self.path)
+                self.record(RecordedEvent.of(ev))
+                return ev
+        return None
+
+    async def handle(self, ev: AgentEvent) -> AsyncIterator[AgentEvent]:
+        """The events to deliver for own event ``ev`` that is not a plain message (or comes
+        while transfers are tracked or an exit is held), each recorded before it is
+        delivered (an interrupt is not recorded)."""
+        action = ev.action
+        ev = ev.stamped(self.name, self.path)
+        record, tracker, trailing = self.record, self.tracker, self.trailing
+        if isinstance(trailing, HeldExit):  # the exit was not the last event
+            self.trailing = tracker
+            record(RecordedEvent.of(trailing.event))
+            yield trailing.event
+        outs = await tracker.offer(ev)
+        if (
+            self.after is not None
+            and action is not None
+            and action.exit
+            and action.interrupted is None
+            and outs[-1] is ev
+        ):
+            self.trailing = HeldExit(outs.pop())
+        self.quiet = self.trailing is tracker and not tracker.holding and not tracker.events
+        for out_ev in outs:
+            a = out_ev.action
+            if a is None or a.interrupted is None:
+                record(RecordedEvent.of(out_ev))
+            yield out_ev
+
+
+#: What a flat run's streams yield (``FlowAgent.run_flat``).
+FlatItem = AgentEvent | Delegation | OwnStream
 
 
 class FlowAgent:
@@ -210,9 +308,7 @@ class FlowAgent:
             "AsyncIterator[AgentEvent]", self._drive(child, self._start_run, input, options, False)
         )
 
-    def run_flat(
-        self, ctx: RunContext, input: AgentInput
-    ) -> AsyncIterator[AgentEvent | Delegation]:
+    def run_flat(self, ctx: RunContext, input: AgentInput) -> AsyncIterator[FlatItem]:
         """``run`` for the Runner: the stream yields a ``Delegation`` where a transfer target
         runs, for the Runner to iterate the target's stream itself (one generator step per
         event however deep the tree). A subclass that overrides ``run`` is run by it."""
@@ -223,9 +319,7 @@ class FlowAgent:
             child.root_input = input
         return self._drive(child, self._start_run, input, {}, True)
 
-    def resume_flat(
-        self, ctx: RunContext, info: ResumeInfo
-    ) -> AsyncIterator[AgentEvent | Delegation]:
+    def resume_flat(self, ctx: RunContext, info: ResumeInfo) -> AsyncIterator[FlatItem]:
         """``resume`` for the Runner, its transfer targets delegated as in ``run_flat``."""
         if type(self).resume is not FlowAgent.resume:
             return self.resume(ctx, info)
@@ -357,7 +451,7 @@ class FlowAgent:
         arg: _Arg,
         options: dict[str, Any],
         flat: bool,
-    ) -> AsyncGenerator[AgentEvent | Delegation, AgentEvent | None]:
+    ) -> AsyncGenerator[FlatItem, AgentEvent | None]:
         """Stamp, record and forward the agent's events; then run the transfer chain its
         stream ended with (or, after a resume passed down, the chain saved for this agent).
 
@@ -385,75 +479,67 @@ class FlowAgent:
                 raise
             yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
-        tracker = TrailingTransfers()
-        # ``trailing`` is ``tracker``, or a ``HeldExit`` (which keeps the loop off its fast
-        # path) while an own exit waits for after_agent.
-        trailing: TrailingTransfers | HeldExit = tracker
-        # True while ``trailing`` is the tracker and it is not active (neither holding nor
-        # tracking transfers): a local flag, since it is tested for every event and changes
-        # only on the slow path below.
-        quiet = True
+        own = OwnStream(gen, name, path, history, after)
         last: AgentEvent | None = None
         try:
             async with closing(gen):
-                async for ev in gen:
-                    last = ev
-                    if ev.run_path:  # a nested agent's event: stamped and recorded below us
-                        if pending is not None:
-                            ev = self._with_pending(ctx, ev, pending)
-                        yield ev
-                        continue
-                    action = ev.action
-                    if action is None and quiet and ev.error is None:
-                        out = ev.output  # the common case: a plain message, no transfer
-                        if out is None or (
-                            out.stream is None
-                            and ((msg := out.message) is None or not msg.tool_calls)
-                        ):
-                            ev = ev.stamped(name, path)
-                            record(RecordedEvent.of(ev))
+                if flat and pending is None:
+                    # The Runner iterates the agent's stream and delivers its plain messages
+                    # (``OwnStream.take``); it hands every other event here, None at the end.
+                    while True:
+                        ev = yield own
+                        if ev is None:
+                            last = own.last
+                            break
+                        last = ev
+                        if ev.run_path:  # a nested agent's event: stamped and recorded below
                             yield ev
                             continue
-                    ev = ev.stamped(name, path)
-                    if isinstance(trailing, HeldExit):  # the exit was not the last event
-                        held_exit, trailing = trailing.event, tracker
-                        record(RecordedEvent.of(held_exit))
-                        yield held_exit
-                    outs = await tracker.offer(ev)
-                    if (
-                        after is not None
-                        and action is not None
-                        and action.exit
-                        and action.interrupted is None
-                        and outs[-1] is ev
-                    ):
-                        trailing = HeldExit(outs.pop())
-                    quiet = trailing is tracker and not tracker.holding and not tracker.events
-                    for out_ev in outs:
-                        a = out_ev.action
-                        if a is None or a.interrupted is None:
-                            record(RecordedEvent.of(out_ev))
-                        yield out_ev
+                        async with closing(own.handle(ev)) as outs:
+                            async for out_ev in outs:
+                                yield out_ev
+                else:
+                    async for ev in gen:
+                        last = ev
+                        if ev.run_path:  # a nested agent's event: stamped and recorded below
+                            if pending is not None:
+                                ev = self._with_pending(ctx, ev, pending)
+                            yield ev
+                            continue
+                        # The fast path of ``OwnStream.take``, inline: it runs for every event.
+                        if ev.action is None and own.quiet and ev.error is None:
+                            out = ev.output  # the common case: a plain message, no transfer
+                            if out is None or (
+                                out.stream is None
+                                and ((msg := out.message) is None or not msg.tool_calls)
+                            ):
+                                ev = ev.stamped(name, path)
+                                record(RecordedEvent.of(ev))
+                                yield ev
+                                continue
+                        async with closing(own.handle(ev)) as outs:
+                            async for out_ev in outs:
+                                yield out_ev
         except BaseException as exc:
             # D9/D24: the agent ending with any exception (a CancelledError it caught from
             # something else, a GeneratorExit it raised...) is its error event; cancellation
             # from outside, and our own generator being closed, propagate.
             if must_propagate(exc) or thrown_into_us(exc):
                 raise
-            if isinstance(trailing, HeldExit):
-                history.record(trailing.event)
-                yield trailing.event
+            if isinstance(own.trailing, HeldExit):
+                history.record(own.trailing.event)
+                yield own.trailing.event
             err = AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             history.record(err)
             yield err
             return
-        if isinstance(trailing, HeldExit):  # the agent ended with an exit: its hook first
+        if isinstance(own.trailing, HeldExit):  # the agent ended with an exit: its hook first
             extra = await after_agent_event(after, name, path) if after is not None else None
             if extra is not None and extra.error is None:
                 history.record(extra)
                 yield extra
-            history.record(trailing.event)
-            yield trailing.event
+            history.record(own.trailing.event)
+            yield own.trailing.event
             if extra is not None and extra.error is not None:
                 history.record(extra)
                 yield extra
@@ -463,7 +549,7 @@ class FlowAgent:
                 return
             chain = pending
         else:
-            found = await tracker.chain()
+            found = await own.tracker.chain()
             if found is None:  # exit, interrupt, error or a plain end: nothing to transfer
                 if after is not None and not await ended_in_failure(last):
                     extra = await after_agent_event(after, name, path)
@@ -518,7 +604,7 @@ class FlowAgent:
                 )
                 last = None
                 if flat:  # the Runner iterates the target's stream and sends its last event
-                    events: AsyncIterator[AgentEvent | Delegation]
+                    events: AsyncIterator[FlatItem]
                     if type(target).run is FlowAgent.run:
                         events = target._drive(
                             target._enter(ctx), target._start_run, None, options, True

@@ -7,7 +7,7 @@ import functools
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypedDict, Unpack, cast
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from relaykit._aio import closing
 from relaykit._cancel import CancelSignal, cancelled_event
@@ -36,7 +36,7 @@ from relaykit.errors import (
     RunnerError,
 )
 from relaykit.events import AgentEvent
-from relaykit.flow import Delegation, FlowAgent, as_flow_agent
+from relaykit.flow import Delegation, FlatItem, FlowAgent, OwnStream, as_flow_agent
 from relaykit.interrupts import ResumeState, interrupt_of
 from relaykit.memory import MemoryService
 from relaykit.messages import Message
@@ -632,7 +632,7 @@ class Runner:
     async def _drive(
         self,
         ctx: RunContext,
-        gen: AsyncIterator[AgentEvent | Delegation],
+        gen: AsyncIterator[FlatItem],
         checkpoint_id: str | None,
         claim: Claim | None,
     ) -> AsyncGenerator[AgentEvent, None]:
@@ -642,8 +642,11 @@ class Runner:
         ``gen`` is a flat run (``FlowAgent.run_flat``): where a flow agent hands a transfer
         target's stream up (a ``Delegation``), the target's stream is iterated here, as
         ``yield from`` would -- its last event sent to the delegating stream when it ends,
-        what it raises thrown into it -- so that an event takes one generator step from the
-        agent that yielded it to the caller, however deep the tree.
+        what it raises thrown into it. A flow agent hands its agent's own stream up too (an
+        ``OwnStream``): its plain messages are stamped, recorded and delivered here
+        (``OwnStream.take``), anything else is sent to the flow agent. So an event takes no
+        generator step between the agent that yielded it and the caller, however deep the
+        tree.
         """
         interrupted = False
         ended = False
@@ -654,10 +657,12 @@ class Runner:
         try:
             try:
                 try:
-                    step: Callable[[], Awaitable[AgentEvent | Delegation]] = gen.__anext__
+                    step: Callable[[], Awaitable[FlatItem]] = gen.__anext__
                     anext = step
                     last: AgentEvent | None = None  # the last event of ``top``'s stream
                     pending = 0  # how many delegations in ``stack`` have a pending chain
+                    own: OwnStream | None = None  # when ``top`` is an agent's own stream
+                    own_last: AgentEvent | None = None
                     while True:
                         try:
                             ev = await step()
@@ -665,6 +670,11 @@ class Runner:
                             if not stack:
                                 break
                             below, delegation, before = stack.pop()
+                            if own is not None:  # the agent's own stream ended
+                                own.last, own = own_last, None
+                                step = functools.partial(below.asend, None)
+                                top, anext = below, below.__anext__
+                                continue
                             if delegation.pending is not None:
                                 pending -= 1
                             step = functools.partial(below.asend, last)
@@ -676,7 +686,9 @@ class Runner:
                             if not stack:
                                 raise
                             below, delegation, before = stack.pop()
-                            if delegation.pending is not None:
+                            if own is not None:
+                                own.last, own = own_last, None
+                            elif delegation.pending is not None:
                                 pending -= 1
                             step = functools.partial(below.athrow, exc)
                             top, anext = below, below.__anext__
@@ -684,11 +696,26 @@ class Runner:
                                 last = before
                             continue
                         step = anext
-                        if type(ev) is Delegation:
+                        if own is not None:  # the agent's own stream: plain messages here
+                            if TYPE_CHECKING:  # an agent's own stream yields events only
+                                assert isinstance(ev, AgentEvent)
+                            own_last = ev
+                            taken = own.take(ev)
+                            if taken is None:  # anything else: its flow agent handles it
+                                below, _, _ = stack.pop()
+                                own = None
+                                step = functools.partial(below.asend, ev)
+                                top, anext = below, below.__anext__
+                                continue
+                            ev = taken
+                        elif type(ev) is OwnStream:
+                            stack.append((cast(_Frame, top), ev, last))
+                            own, top = ev, ev.events
+                            step = anext = top.__anext__
+                            continue
+                        elif type(ev) is Delegation:
                             # Only a flow agent's generator yields a delegation.
-                            delegating = cast(
-                                AsyncGenerator[AgentEvent | Delegation, AgentEvent | None], top
-                            )
+                            delegating = cast(_Frame, top)
                             stack.append((delegating, ev, last))
                             if ev.pending is not None:
                                 pending += 1
@@ -793,16 +820,14 @@ class Runner:
         )
 
 
-#: A flow agent's stream that handed a transfer target's stream up, with its delegation and
-#: the last event of its own stream before it did.
-_Delegating = tuple[
-    AsyncGenerator[AgentEvent | Delegation, AgentEvent | None], Delegation, AgentEvent | None
-]
+#: A flow agent's stream in a flat run (the Runner sends it events).
+_Frame = AsyncGenerator[FlatItem, AgentEvent | None]
+#: A flow agent's stream that handed a stream up (a transfer target's, or its agent's own),
+#: with what it yielded for it and the last event of its own stream before it did.
+_Delegating = tuple[_Frame, Delegation | OwnStream, AgentEvent | None]
 
 
-async def _close_streams(
-    top: AsyncIterator[AgentEvent | Delegation], stack: list[_Delegating]
-) -> None:
+async def _close_streams(top: AsyncIterator[FlatItem], stack: list[_Delegating]) -> None:
     """Close ``top``, then the streams that delegated to it, innermost first (as nested
     ``async with closing(...)`` blocks would), each also when closing the one above failed."""
     try:
