@@ -154,8 +154,9 @@ class OwnStream:
         self.last: AgentEvent | None = None
 
     def take(self, ev: AgentEvent) -> AgentEvent | None:
-        """``ev`` stamped and recorded when it is a plain message delivered as it is (the
-        fast path; ``FlowAgent._drive`` inlines the same test), else None."""
+        """What to deliver for ``ev`` without the flow agent: a plain message stamped and
+        recorded (the fast path; ``FlowAgent._drive`` inlines the same test), or a nested
+        agent's event as it is (stamped and recorded below); None for anything else."""
         if ev.action is None and self.quiet and ev.error is None and not ev.run_path:
             out = ev.output
             if out is None or (
@@ -164,6 +165,8 @@ class OwnStream:
                 ev = ev.stamped(self.name, self.path)
                 self.record(RecordedEvent.of(ev))
                 return ev
+        elif ev.run_path:
+            return ev
         return None
 
     async def handle(self, ev: AgentEvent) -> AsyncIterator[AgentEvent]:
@@ -492,9 +495,6 @@ class FlowAgent:
                             last = own.last
                             break
                         last = ev
-                        if ev.run_path:  # a nested agent's event: stamped and recorded below
-                            yield ev
-                            continue
                         async with closing(own.handle(ev)) as outs:
                             async for out_ev in outs:
                                 yield out_ev
