@@ -471,7 +471,9 @@ class FlowAgent:
         an own exit is held (``HeldExit``) and delivered after the hook's message.
 
         ``flat`` (``run_flat``): a transfer target's stream is handed to the Runner as a
-        ``Delegation`` (the Runner sends back its last event) instead of forwarded here.
+        ``Delegation`` (the Runner sends back its last event) instead of forwarded here, and
+        the agent's own stream as its ``OwnStream`` (the Runner delivers the plain messages
+        and sends every other event here, for ``OwnStream.handle``).
         """
         name, path, history = self.name, ctx.run_path, ctx.history
         record = history.events.append
