@@ -51,15 +51,17 @@ from relaykit.events import (
     AgentOutput,
 )
 from relaykit.interrupts import (
+    Address,
     AddressSegment,
     InterruptContext,
     ResumeInfo,
+    ResumeState,
     composite_interrupt,
     interrupt_of,
     stateful_interrupt,
 )
 from relaykit.messages import Message, ToolCall
-from relaykit.models.base import ChatModel, ModelRequest
+from relaykit.models.base import ChatModel, ModelRequest, ToolSpec
 from relaykit.models.live import LiveModel
 from relaykit.options import ModelRetry
 from relaykit.tools.base import (
@@ -416,6 +418,8 @@ class ChatModelAgent:
                 todo = []
                 # The interrupted calls being answered: one a cancel cuts waits again as it was.
                 answering = {}
+                # The cut calls the resume gave a result for: that is their result.
+                given: list[tuple[ToolCall, ResumeInfo]] = []
                 for call in state.calls:
                     pending = state.pending.get(call.id)
                     if pending is None:
@@ -423,15 +427,28 @@ class ChatModelAgent:
                     address = (*ctx.address, AddressSegment("tool", call.name, call.id))
                     rs = ctx.resume_state
                     claimed = rs.claim(address, ResumeInfo()) if rs is not None else ResumeInfo()
-                    if claimed.is_resume_target or pending.cut:
-                        # A call a cancel stopped runs again from the start (D26), targeted
-                        # or not: it waits for no answer (as the agents a cancel stopped).
-                        todo.append((call, None if pending.cut else claimed))
+                    if pending.cut:
+                        # A call a cancel stopped waits for no answer (as the agents a cancel
+                        # stopped): it runs again from the start (D26), targeted or not --
+                        # unless the resume gave its result (a tool response for it, a target
+                        # with data): then that is its result and the tool does not run (D12).
                         del state.pending[call.id]
-                        if not pending.cut:
-                            answering[call.id] = pending
+                        if rs is not None and _given(rs, address, claimed):
+                            given.append((call, claimed))
+                        else:
+                            todo.append((call, None))
+                    elif claimed.is_resume_target:
+                        todo.append((call, claimed))
+                        del state.pending[call.id]
+                        answering[call.id] = pending
                     else:  # D8: not targeted: stays pending with the same id
                         pending.point = self._reinterrupt(ctx, call, pending)
+                history = state.messages[:-1]
+                for call, claimed in given:
+                    outcome = await self._invoke(ctx, prepared, call, claimed, history, given=True)
+                    answered = self._settle(state, call, outcome)
+                    if answered is not None and call.name not in prepared.return_directly:
+                        yield answered
             async with closing(self._batch(ctx, prepared, state, todo)) as results:
                 async for ev in results:
                     yield ev
@@ -582,16 +599,27 @@ class ChatModelAgent:
         resume: ResumeInfo | None,
         history: list[Message],
         events: ToolEvents | None = None,
+        given: bool = False,
     ) -> ToolCallResult | PendingToolCall:
-        tool = prepared.tools.get(call.name)
+        """Run one call; with ``given``, a cut call the resume answered: ``resume.resume_data``
+        is its result, through the ``after_tool`` hooks as a long-running tool's answer is,
+        and the tool does not run (nor is the call cut again: nothing runs that could be)."""
+        found = prepared.tools.get(call.name)
         cancel = ctx.options.cancel
-        if tool is None:
+        tool: Tool
+        if given:
+            tool = _GivenResult(found.spec if found is not None else ToolSpec(call.name, ""))
+        elif found is None:
             available = ", ".join(sorted(prepared.tools)) or "none"
             return error_result(call, f"unknown tool '{call.name}'; available tools: {available}")
+        else:
+            tool = found
         # Parsed here for every kind of tool (function, agent, MCP, custom): D15 applies to all.
         arguments = parse_arguments(call)
         if isinstance(arguments, ToolCallResult):
-            return arguments
+            if not given:
+                return arguments
+            arguments = {}  # the given result stands all the same (the hooks see no arguments)
         run_ctx = ctx.derive(address=(*ctx.address, AddressSegment("tool", call.name, call.id)))
         tctx = ToolContext(run_ctx, call.name, call.id)
         if resume is not None:
@@ -602,10 +630,12 @@ class ChatModelAgent:
         tctx.chat_history = history
         tctx.events = events
         inv = ctx.options.invocation
-        if inv is not None and (not inv.plugins or isinstance(tool, TransferTool)):
+        if inv is not None and (not inv.plugins or isinstance(found, TransferTool)):
             inv = None  # no tool hooks (none for the synthetic transfer_to_agent)
         try:
-            if cancel is None or isinstance(tool, (AgentTool, TransferTool, ExitTool)):
+            if cancel is None or isinstance(
+                tool, (AgentTool, TransferTool, ExitTool, _GivenResult)
+            ):
                 # An agent tool's inner agents stop at their own safe points (D26); the
                 # built-in transfer and exit tools return at once.
                 result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
@@ -662,6 +692,37 @@ class ChatModelAgent:
         subs = [p for p in (state.pending[i].point for i in ids) if p is not None]
         info = {"agent": self.name, "interrupted_tool_calls": ids}
         return composite_interrupt(ctx, info, state, *subs)
+
+
+def _given(rs: ResumeState, address: Address, claimed: ResumeInfo) -> bool:
+    """Whether the resume gave data for the point at ``address`` (claimed as ``claimed``): a
+    target the caller named (``targets={id: data}``, a tool response in session mode), not one
+    of a resume of every point (D8), which gives none."""
+    return claimed.is_resume_target and not rs.resume_all and rs.id_for(address) in rs.data
+
+
+class _GivenResult:
+    """Stands in for the tool of a cut call the resume gave a result for (D26, D12). It is
+    long-running for ``call_tool``, whose way with an answered long-running call is what such
+    a call needs: the resume's data is the result and only the ``after_tool`` hooks run on
+    it. The tool itself is never called."""
+
+    __slots__ = ("spec",)
+
+    long_running = True
+
+    def __init__(self, spec: ToolSpec) -> None:
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        """The answered tool's name."""
+        return self.spec.name
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, object]) -> object:
+        """Never called: ``call_tool`` takes an answered long-running call's result from the
+        resume."""
+        raise AssertionError(f"the answered call {ctx.tool_call_id!r} must not run")
 
 
 def _result_event(result: ToolCallResult) -> AgentEvent:
