@@ -1,5 +1,7 @@
 """Tool calls an immediate cancel stops (D26) never run twice: a result the resume gives for a
-cut call is that call's result (the tool does not run again, D12)."""
+cut call is that call's result (the tool does not run again, D12), and a plain function tool,
+whose worker thread nothing can stop, is not cut once started -- the cancel waits for it and
+keeps its result, so no resume can start the call while its first run may still be going."""
 
 from __future__ import annotations
 
@@ -7,10 +9,12 @@ import asyncio
 import threading
 from typing import Any
 
+import pytest
+
 import relaykit as rk
-from relaykit import Cancelled, CancelMode, Message, RunHandle
+from relaykit import AgentEvent, Cancelled, CancelMode, Message, RunHandle
 from relaykit.sessions import SessionEvent
-from tests.cancel.support import Counter, Gate, asks, call, texts
+from tests.cancel.support import Counter, Gate, asks, call, point_addresses, texts
 
 APP, USER, SID = "desk", "u1", "s1"
 
@@ -260,3 +264,159 @@ async def test_a_target_answers_a_call_cut_inside_an_agent_tool() -> None:
     assert done.output is not None and done.output.content == "outer done"
     assert slow.started == ["x"]  # not run again
     assert _seen(inner_model)[-1] == ("tool", "given")
+
+
+# -- a plain function tool is not cut once it started -----------------------------------------
+async def test_an_immediate_cancel_waits_for_a_sync_tools_thread_and_keeps_its_result() -> None:
+    charge = Blocking()
+    model = rk.ScriptedModel([asks(call("c1", "charge", "card")), Message.assistant("paid")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[charge.tool]))
+    handle = runner.query("pay")
+    running = asyncio.ensure_future(handle.result())
+    try:
+        await charge.wait_entered()
+        cancelling = asyncio.ensure_future(handle.cancel(CancelMode.IMMEDIATE))
+        assert await _still_waiting(cancelling)  # the thread still runs: the cancel waits
+    finally:
+        charge.release.set()
+    outcome = await asyncio.wait_for(cancelling, HANG)
+    result = await running
+
+    assert not outcome.timed_out and outcome.interrupt is not None
+    assert outcome.interrupt.data == Cancelled(CancelMode.IMMEDIATE)
+    # The call finished: its result is kept; the agent paused before its next model call.
+    assert point_addresses(outcome.interrupt) == [["agent:helper"]]
+    assert texts(result.events) == [("helper", "assistant", ""), ("helper", "tool", "charged card")]
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [("helper", "assistant", "paid")]
+    assert charge.started == ["card"] and len(model.requests) == 2
+
+
+async def test_an_escalated_cancel_never_lets_a_resume_run_a_sync_call_twice(service: Any) -> None:
+    # The hostile case: a timeout escalates while the thread charges the card, and the resume
+    # follows at once. The run pauses only once the thread returned, with its result.
+    charge = Blocking()
+    model = rk.ScriptedModel([asks(call("c1", "charge", "card")), Message.assistant("paid")])
+    runner = rk.Runner(
+        rk.ChatModelAgent("helper", model=model, tools=[charge.tool]),
+        app_name=APP,
+        session_service=service,
+    )
+    handle = runner.run([Message.user("pay")], user_id=USER, session_id=SID)
+    running = asyncio.ensure_future(handle.result())
+    try:
+        await charge.wait_entered()
+        cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_TOOLS, timeout=0))
+        assert await _still_waiting(cancelling)
+    finally:
+        charge.release.set()
+    outcome = await asyncio.wait_for(cancelling, HANG)
+    await running
+
+    assert outcome.timed_out and outcome.interrupt is not None
+    assert outcome.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS, escalated=True)
+    assert point_addresses(outcome.interrupt) == [["agent:helper"]]
+    done = await runner.invoke_resume(user_id=USER, session_id=SID)
+    assert done.output is not None and done.output.content == "paid"
+    assert charge.started == ["card"] and charge.most_at_once == 1
+    assert _answers(await _stored(service), "c1") == [("helper", "charged card")]
+
+
+async def test_an_immediate_cancel_cuts_the_async_call_and_waits_for_the_sync_one() -> None:
+    charge = Blocking()
+    slow = Counter("slow", Gate())
+    model = rk.ScriptedModel(
+        [asks(call("c1", "charge", "card"), call("c2", "slow", "y")), Message.assistant("done")]
+    )
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[charge.tool, slow.tool]))
+    handle = runner.query("go")
+    running = asyncio.ensure_future(handle.result())
+    assert slow.gate is not None
+    try:
+        await charge.wait_entered()
+        await asyncio.wait_for(slow.gate.entered.wait(), HANG)
+        cancelling = asyncio.ensure_future(handle.cancel())
+        assert await _still_waiting(cancelling)
+        assert slow.cut == ["y"]  # the async call was cut at once
+    finally:
+        charge.release.set()
+    outcome = await asyncio.wait_for(cancelling, HANG)
+    result = await running
+
+    assert outcome.interrupt is not None
+    assert point_addresses(outcome.interrupt) == [["agent:helper", "tool:slow:c2"]]
+    assert ("helper", "tool", "charged card") in texts(result.events)
+    slow.gate = None
+    assert outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert texts(done.events) == [("helper", "tool", "slow did y"), ("helper", "assistant", "done")]
+    assert charge.started == ["card"] and slow.started == ["y", "y"]
+    assert _seen(model)[2:] == [("tool", "charged card"), ("tool", "slow did y")]
+
+
+async def test_a_sync_tool_inside_an_agent_tool_is_not_cut_either() -> None:
+    charge = Blocking()
+    inner_model = rk.ScriptedModel([asks(call("i1", "charge", "card")), Message.assistant("ok")])
+    inner = rk.ChatModelAgent("cashier", "takes payments", model=inner_model, tools=[charge.tool])
+    model = rk.ScriptedModel(
+        [asks(rk.ToolCall("o1", "cashier", '{"request": "pay"}')), Message.assistant("paid")]
+    )
+    runner = _runner(rk.ChatModelAgent("boss", model=model, tools=[rk.AgentTool(inner)]))
+    handle = runner.query("pay")
+    running = asyncio.ensure_future(handle.result())
+    try:
+        await charge.wait_entered()
+        cancelling = asyncio.ensure_future(handle.cancel())
+        assert await _still_waiting(cancelling)
+    finally:
+        charge.release.set()
+    outcome = await asyncio.wait_for(cancelling, HANG)
+    await running
+
+    assert outcome.interrupt is not None and outcome.checkpoint_id is not None
+    done = await runner.invoke_resume(outcome.checkpoint_id)
+    assert done.output is not None and done.output.content == "paid"
+    assert charge.started == ["card"]
+    assert _seen(inner_model)[-1] == ("tool", "charged card")
+
+
+async def test_a_sync_call_a_cancel_stopped_before_it_started_runs_once_on_resume() -> None:
+    charge = Blocking()
+    charge.release.set()
+    model = rk.ScriptedModel([asks(call("c1", "charge", "card")), Message.assistant("paid")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[charge.tool]))
+    handle = runner.query("pay")
+    outcome = None
+    async for ev in handle:
+        if ev.message is not None and ev.message.tool_calls:
+            outcome = await handle.cancel(CancelMode.IMMEDIATE)
+    assert outcome is not None and outcome.interrupt is not None
+    assert point_addresses(outcome.interrupt) == [["agent:helper", "tool:charge:c1"]]
+    assert charge.started == []
+
+    assert outcome.checkpoint_id is not None
+    await runner.invoke_resume(outcome.checkpoint_id)
+    assert charge.started == ["card"]
+
+
+async def test_a_task_cancelled_from_outside_while_a_sync_tool_runs_still_propagates() -> None:
+    # Not a cancel of the run (D9): the cancellation propagates at once and nothing is saved.
+    charge = Blocking()
+    model = rk.ScriptedModel([asks(call("c1", "charge", "card")), Message.assistant("paid")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[charge.tool]))
+    events: list[AgentEvent] = []
+
+    async def consume() -> None:
+        async for ev in runner.query("pay"):
+            events.append(ev)
+
+    consumer = asyncio.ensure_future(consume())
+    try:
+        await charge.wait_entered()
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+    finally:
+        charge.release.set()
+    assert not any(ev.action is not None and ev.action.interrupted for ev in events)

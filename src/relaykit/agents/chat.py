@@ -72,7 +72,7 @@ from relaykit.tools.base import (
     is_builtin_tool,
 )
 from relaykit.tools.builtin import EXIT_LOOP_TOOL_NAME
-from relaykit.tools.function import ToolInterrupt
+from relaykit.tools.function import FunctionTool, ToolInterrupt
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
@@ -639,6 +639,16 @@ class ChatModelAgent:
                 # An agent tool's inner agents stop at their own safe points (D26); the
                 # built-in transfer and exit tools return at once.
                 result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
+            elif _runs_in_thread(tool):
+                # D26: a worker thread cannot be stopped. Cutting the await would only drop
+                # the thread's result, and the resume would run the call again -- while the
+                # thread may still be at work. So once started such a call is not cut, its
+                # tool hooks included (a cut in after_tool would drop the result just the
+                # same): an immediate cancel waits for it and keeps its result. A call the
+                # cancel came before does not start.
+                if cancel.immediate:
+                    raise CallCut
+                result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
             else:
                 with cancel.cut_point():
                     result = await call_tool(tool, tctx, call, arguments, resume, inv, self.name)
@@ -699,6 +709,12 @@ def _given(rs: ResumeState, address: Address, claimed: ResumeInfo) -> bool:
     target the caller named (``targets={id: data}``, a tool response in session mode), not one
     of a resume of every point (D8), which gives none."""
     return claimed.is_resume_target and not rs.resume_all and rs.id_for(address) in rs.data
+
+
+def _runs_in_thread(tool: Tool) -> bool:
+    """Whether the tool's calls run in a worker thread (a plain function tool), which nothing
+    can stop: such a call is not cut once it started (D26)."""
+    return isinstance(tool, FunctionTool) and not tool.is_async
 
 
 class _GivenResult:

@@ -127,8 +127,11 @@ class FunctionTool(Generic[P, R]):
 
     An ``async`` function is awaited on the event loop. A plain (sync) function runs in a worker
     thread (``asyncio.to_thread``, which copies the context variables), so that a blocking call
-    stalls neither the other tool calls of the batch nor any other run. A sync tool that is
-    cancelled (its run was) cannot be stopped: its thread runs to the end, its result is dropped.
+    stalls neither the other tool calls of the batch nor any other run. A thread cannot be
+    stopped, so an immediate cancel of the run (``RunHandle.cancel``, D26) does not cut a sync
+    call that has started: the run pauses once it returned, and keeps its result (the resume
+    does not run it again). A cancellation of the run's task (D9) does not wait: the thread
+    runs to its end and its result is dropped.
 
     >>> add = FunctionTool(lambda a, b: a + b, name="add")
     >>> add.spec.parameters["required"]
