@@ -445,9 +445,10 @@ async def test_the_task_of_a_cancel_driving_a_session_turn_cancelled_from_outsid
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-async def test_a_timeout_does_not_wait_for_a_sync_tools_thread() -> None:
+async def test_a_timeout_waits_for_a_sync_tools_thread_and_keeps_its_result() -> None:
     # A plain function tool runs in a worker thread, which nothing can stop: the escalated
-    # cancel pauses the run at once, the thread's result is dropped, the resume runs it again.
+    # cancel waits for it and keeps its result, so the resume never runs the call again (it
+    # ran twice, the second run starting while the first was still going, before).
     release = threading.Event()
     entered = threading.Event()
     runs: list[str] = []
@@ -466,19 +467,22 @@ async def test_a_timeout_does_not_wait_for_a_sync_tools_thread() -> None:
     try:
         while not entered.is_set():
             await asyncio.sleep(0)
-        outcome = await asyncio.wait_for(handle.cancel(CancelMode.AFTER_TOOLS, timeout=0), HANG)
-        result = await running
-        assert not release.is_set()  # the thread still runs: the cancel did not wait for it
+        cancelling = asyncio.ensure_future(handle.cancel(CancelMode.AFTER_TOOLS, timeout=0))
+        for _ in range(100):
+            await asyncio.sleep(0)
+        assert not cancelling.done()  # the thread blocks: the cancel waits for it
     finally:
         release.set()
+    outcome = await asyncio.wait_for(cancelling, HANG)
+    result = await running
 
     assert outcome.timed_out and result.interrupt is not None
     assert result.interrupt.data == Cancelled(CancelMode.AFTER_TOOLS, escalated=True)
-    assert texts(result.events) == [("helper", "assistant", "")]  # its result was dropped
+    assert texts(result.events) == [("helper", "assistant", ""), ("helper", "tool", "did y")]
     assert outcome.checkpoint_id is not None
     done = await runner.invoke_resume(outcome.checkpoint_id)
-    assert texts(done.events) == [("helper", "tool", "did y"), ("helper", "assistant", "ok")]
-    assert runs == ["y", "y"]
+    assert texts(done.events) == [("helper", "assistant", "ok")]
+    assert runs == ["y"]
 
 
 async def test_two_concurrent_cancels_with_different_modes_stop_the_run_once() -> None:
