@@ -38,17 +38,16 @@ class Killed(BaseException):
 
 class Faults:
     """A session service that, once armed, dies or fails at one write: ``write`` is "pause"
-    (``set_checkpoint`` saving a pause) or "interrupt" (``append_event`` of an interrupt
-    event); ``when`` is "kill-before", "kill-after" (the write is done) or "fail" (it raises,
-    nothing written)."""
+    (``set_checkpoint`` saving a pause), "delete" (``set_checkpoint`` deleting it) or
+    "interrupt" (``append_event`` of an interrupt event); ``when`` is "kill-before",
+    "kill-after" (the write is done) or "fail" (it raises, nothing written)."""
 
     armed: tuple[str, str] | None = None
 
     async def set_checkpoint(self, app: str, user: str, sid: str, data: bytes | None) -> None:
         write: Any = super().set_checkpoint  # (the service class this is mixed into)
-        if data is None:
-            return await write(app, user, sid, data)
-        return await self._write("pause", lambda: write(app, user, sid, data))
+        kind = "pause" if data is not None else "delete"
+        return await self._write(kind, lambda: write(app, user, sid, data))
 
     async def append_event(self, session: Any, event: SessionEvent) -> Any:
         write: Any = super().append_event
@@ -245,6 +244,36 @@ async def test_a_fault_at_a_first_pause_leaves_a_true_history(
         answer = ["c1: work did x", "assistant: finished"]
     else:
         answer = [f"c1: {ABANDONED_TEXT if saved else STOPPED_TEXT}"]
+    assert await next_turn(faulty, work) == ["user: go", "calls c1", *answer, "user: next"]
+
+
+@pytest.mark.parametrize("then", ["resume", "text"])
+@pytest.mark.parametrize("when", ["kill-before", "fail", "kill-after"])
+async def test_a_fault_as_a_text_turn_abandons_a_pause_leaves_a_true_history(
+    faulty: Any, when: str, then: str
+) -> None:
+    """The abandon stores the answers, then deletes the pause: if that delete fails or the
+    process dies around it, a resume leaves the stored answers out, a new text turn does not
+    answer twice."""
+    work = Counter("work")
+    _, runner = runner_with(faulty, work, asks(call("c1", "work", "x")))
+    await cancel_at_call(runner.run([Message.user("go")], user_id=USER, session_id=SID), "c1")
+    _, runner = runner_with(faulty, work, Message.assistant("never"))
+    await with_fault(
+        faulty, ("delete", when), lambda: runner.invoke("first", user_id=USER, session_id=SID)
+    )
+    deleted = when == "kill-after"
+    assert (await faulty.get_checkpoint(APP, USER, SID) is None) == deleted
+    if then == "resume":
+        _, runner = runner_with(faulty, work, Message.assistant("finished"))
+        if deleted:
+            with pytest.raises(CheckpointNotFoundError):
+                await runner.invoke_resume(user_id=USER, session_id=SID)
+            return
+        await runner.invoke_resume(user_id=USER, session_id=SID)
+        answer = ["c1: work did x", "assistant: finished"]
+    else:
+        answer = [f"c1: {ABANDONED_TEXT}"]
     assert await next_turn(faulty, work) == ["user: go", "calls c1", *answer, "user: next"]
 
 
