@@ -4,17 +4,24 @@ it; ``connect_agent`` also connects a transfer's target."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import TYPE_CHECKING
 
 from relaykit._agent_hooks import before_agent
 from relaykit._invocation import Invocation
 from relaykit._live_events import AgentStream, close_quietly, describe, live_agent, open_calls
-from relaykit._session_history import last_speaker, records_of
+from relaykit._session_history import ABANDONED_TEXT, last_speaker, records_of, stopped_calls
 from relaykit._session_invocation import Run
 from relaykit._session_state import _decode_pause, _StoreFailed, _Turn
 from relaykit.context import PriorTurns, RunContext, RunHistory
-from relaykit.errors import ConfigurationError, ModelError, PluginError, RunnerError
+from relaykit.errors import (
+    ConfigurationError,
+    ModelError,
+    PluginError,
+    RunnerError,
+    SerializationError,
+)
 from relaykit.events import AgentEvent, AgentOutput, RunStep
 from relaykit.models.live import LiveConfig
 from relaykit.plugins import InvocationContext
@@ -28,6 +35,8 @@ if TYPE_CHECKING:
     from relaykit.sessions.base import SessionEvent
 
 __all__ = ["connect_agent", "open_run"]
+
+logger = logging.getLogger("relaykit")
 
 
 async def open_run(live: LiveRun) -> None:
@@ -49,8 +58,23 @@ async def open_run(live: LiveRun) -> None:
         chain = route.chain if route is not None else (owner.root,)
         flow = chain[-1]
         agent = live_agent(flow)
-        pause = _decode_pause(view.checkpoint, ref) if view.checkpoint is not None else None
-        answers = open_calls(cached.events, pause)
+        paused = view.checkpoint is not None
+        pause: SessionPause | None = None
+        if view.checkpoint is not None:
+            try:
+                pause = _decode_pause(view.checkpoint, ref, owner.signing_key)
+            except SerializationError:
+                # Abandoned all the same, as a new text turn abandons it: the calls the latest
+                # invocation left open, from the stored events.
+                logger.warning(
+                    "the pause of %s cannot be read; the live session abandons it (the calls "
+                    "left open are answered from the stored events)",
+                    ref,
+                )
+        if paused and pause is None:
+            answers = stopped_calls(cached.events, ABANDONED_TEXT)
+        else:
+            answers = open_calls(cached.events, pause)
         invocation_id = uuid.uuid4().hex
         context = InvocationContext(
             ref.app_name, ref.user_id, ref.session_id, invocation_id, view.session
@@ -69,12 +93,12 @@ async def open_run(live: LiveRun) -> None:
         except PluginError as exc:
             root = owner.root
             err = AgentEvent(root.name, (RunStep(root.name),), error=exc)
-            await _end_early(live, pause, answers, err)
+            await _end_early(live, paused, answers, err)
             return
         if early is not None:
             root = owner.root
             ev = AgentEvent(root.name, (RunStep(root.name),), AgentOutput(early))
-            await _end_early(live, pause, answers, ev)
+            await _end_early(live, paused, answers, ev)
             return
         above = chain[:-1]
         ctx = RunContext(
@@ -90,11 +114,11 @@ async def open_run(live: LiveRun) -> None:
             answered = await before_agent(invocation, flow.name)
         except PluginError as exc:
             err = AgentEvent(flow.name, entered.run_path, error=exc)
-            await _end_early(live, pause, answers, err)
+            await _end_early(live, paused, answers, err)
             return
         if answered is not None:  # the hook answers instead of the agent: nothing connects
             ev = AgentEvent(flow.name, entered.run_path, AgentOutput(answered))
-            await _end_early(live, pause, answers, ev)
+            await _end_early(live, paused, answers, ev)
             return
         try:
             connected = await connect_agent(flow, agent, entered, live.config.modalities)
@@ -106,7 +130,7 @@ async def open_run(live: LiveRun) -> None:
                 provider="live",
             ) from exc
         try:
-            await _drop_pause(live, pause, answers)
+            await _drop_pause(live, paused, answers)
         except _StoreFailed as failed:
             cause = failed.args[0]
             raise RunnerError(
@@ -137,14 +161,13 @@ async def connect_agent(
     return AgentStream(flow, agent, ctx, prepared, connection, messages)
 
 
-async def _drop_pause(
-    live: LiveRun, pause: SessionPause | None, answers: list[SessionEvent]
-) -> None:
-    """Store the answers to what earlier invocations left pending; delete the pause."""
+async def _drop_pause(live: LiveRun, paused: bool, answers: list[SessionEvent]) -> None:
+    """Store the answers to what earlier invocations left pending; delete the pause (when one
+    is stored, read or not)."""
     run = live.run
     assert run is not None
     await run._answer(answers)
-    if pause is not None:
+    if paused:
         ref = live.ref
         try:
             await live.owner.service.set_checkpoint(ref.app_name, ref.user_id, ref.session_id, None)
@@ -153,14 +176,14 @@ async def _drop_pause(
 
 
 async def _end_early(
-    live: LiveRun, pause: SessionPause | None, answers: list[SessionEvent], ev: AgentEvent
+    live: LiveRun, paused: bool, answers: list[SessionEvent], ev: AgentEvent
 ) -> None:
     """``before_run`` or the agent's ``before_agent`` answered or raised: that event is
     stored and delivered, nothing connects (D19, D25); the session has ended."""
     run = live.run
     assert run is not None
     try:
-        await _drop_pause(live, pause, answers)
+        await _drop_pause(live, paused, answers)
         live.buffer.put(await run._deliverable(ev))
     except _StoreFailed as failed:
         live.buffer.put(run.failure_event(failed))

@@ -190,3 +190,35 @@ async def test_opening_abandons_a_paused_run_and_gives_the_model_the_answered_ca
     last = (await stored(session_service))[-1]
     assert last.author == "desk" and last.message is not None
     assert last.message.tool_call_id == "c1"
+
+
+async def test_opening_abandons_a_pause_that_cannot_be_read(
+    session_service: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    @rk.tool(long_running=True)
+    def approve(amount: int) -> str:
+        """Ask for approval."""
+        return "asked"
+
+    model = ScriptedLiveModel([[]])
+    agent = rk.ChatModelAgent(
+        "desk",
+        model=rk.ScriptedModel([call("c1", "approve", '{"amount": 5}')]),
+        tools=[approve],
+        live_model=model,
+    )
+    r = runner(agent, session_service)
+    paused = await r.invoke("pay 5", user_id=USER, session_id=SESSION)
+    assert paused.interrupt is not None
+    # The stored pause is damaged (a disk fault, a bad manual edit).
+    await session_service.set_checkpoint(APP, USER, SESSION, b'{"format": "secret-marker')
+    with caplog.at_level("WARNING", logger="relaykit"):
+        async with live(r) as session:
+            await read_all(session)
+    assert any("cannot be read" in r.getMessage() for r in caplog.records)
+    assert not any("secret-marker" in r.getMessage() for r in caplog.records)
+    history = [(m.role, m.content) for m in model.connects[0].messages]
+    assert history[-1] == ("tool", "error: abandoned — the user sent a new message")
+    assert await session_service.get_checkpoint(APP, USER, SESSION) is None
+    last = (await stored(session_service))[-1]
+    assert last.message is not None and last.message.tool_call_id == "c1"
