@@ -157,9 +157,12 @@ def _registered(data: dict[str, Any], marker: str, kind: str) -> Entry:
         raise corrupt(f"{marker} must hold a type name (a str), found {type(name).__name__}")
     entry = _by_name.get(name)
     if entry is None:
+        shown = quote(name)
+        if not shown.startswith("'"):  # not a name: corrupt or hostile, never echoed
+            raise corrupt(f"a type marker holds {shown}")
         raise SerializationError(
-            f"unknown type name {quote(name)} in stored data: register the class with "
-            f"@relaykit.register_type({quote(name)}) before loading"
+            f"unknown type name {shown} in stored data: register the class with "
+            f"@relaykit.register_type({shown}) before loading"
         )
     if (entry.kind == "enum") != (kind == "enum"):
         stored_as = "an Enum member" if kind == "enum" else "an object"

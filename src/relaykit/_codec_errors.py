@@ -6,6 +6,8 @@ type or field name, shortened — and never a stored value.
 
 from __future__ import annotations
 
+import re
+
 from relaykit.errors import SerializationError
 
 __all__ = ["MAX_DEPTH", "corrupt", "quote", "too_deep"]
@@ -25,9 +27,23 @@ def too_deep() -> SerializationError:
     )
 
 
+#: What a name a class or a field can be registered under looks like (dotted identifiers).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z_][A-Za-z0-9_\-]*)*")
+
+
 def quote(text: str) -> str:
-    """A name read from a document, shortened, for an error message."""
-    return repr(text if len(text) <= 80 else text[:80] + "…")
+    """A name read from a document, for an error message: quoted when it looks like a name
+    (at most 80 characters), else only described -- a corrupt or hostile document's text never
+    reaches a message.
+
+    >>> quote("relaykit.Missing")
+    "'relaykit.Missing'"
+    >>> quote("<script>alert(1)</script>")
+    'a name of 25 characters that no class could have'
+    """
+    if len(text) <= 80 and _NAME.fullmatch(text):
+        return repr(text)
+    return f"a name of {len(text)} characters that no class could have"
 
 
 def corrupt(what: str) -> SerializationError:

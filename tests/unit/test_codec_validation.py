@@ -360,9 +360,15 @@ def test_malformed_markers_are_serialization_errors(payload: Any, problem: str) 
     assert problem in load_error(payload)
 
 
-def test_unknown_type_names_are_shortened() -> None:
+def test_type_names_that_are_no_names_are_described_never_echoed() -> None:
     text = load_error({"__type__": "n" * 10_000, "data": {}})
-    assert len(text) < 400 and "…" in text
+    assert len(text) < 400 and "a name of 10000 characters" in text and "nnnn" not in text
+    hostile = load_error({"__type__": f"<{SECRET}>", "data": {}})
+    assert SECRET not in hostile and "corrupt data" in hostile
+    # A name a class could have is quoted: it says what to register.
+    missing = load_error({"__type__": "shop.Refund", "data": {}})
+    assert "unknown type name 'shop.Refund'" in missing
+    assert "@relaykit.register_type('shop.Refund')" in missing
 
 
 # -- documents -------------------------------------------------------------------------------
