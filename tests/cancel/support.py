@@ -4,7 +4,7 @@ released, and runs driven to a given event."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 
 import relaykit as rk
 from relaykit import AgentEvent, Message, ToolCall
@@ -107,3 +107,16 @@ def last_interrupt(events: list[AgentEvent]) -> rk.InterruptInfo:
 
 def point_addresses(info: rk.InterruptInfo) -> list[list[str]]:
     return [[str(s) for s in point.address] for point in info.contexts]
+
+
+async def cancel_at(
+    handle: rk.RunHandle, when: Callable[[AgentEvent], bool], mode: rk.CancelMode
+) -> tuple[list[AgentEvent], rk.CancelOutcome | None]:
+    """Iterate ``handle``; cancel (from the loop body) at the first event ``when`` accepts."""
+    events: list[AgentEvent] = []
+    outcome: rk.CancelOutcome | None = None
+    async for ev in handle:
+        events.append(ev)
+        if outcome is None and when(ev):
+            outcome = await handle.cancel(mode)
+    return events, outcome

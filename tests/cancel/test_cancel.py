@@ -26,6 +26,7 @@ from tests.cancel.support import (
     GatedModel,
     asks,
     call,
+    cancel_at,
     last_interrupt,
     point_addresses,
     texts,
@@ -34,19 +35,6 @@ from tests.cancel.support import (
 
 def _runner(agent: rk.Agent, **options: Any) -> rk.Runner:
     return rk.Runner(agent, checkpoint_store=rk.InMemoryCheckpointStore(), **options)
-
-
-async def _cancel_at(
-    handle: RunHandle, when: Any, mode: CancelMode
-) -> tuple[list[AgentEvent], CancelOutcome | None]:
-    """Iterate ``handle``; cancel (from the loop body) at the first event ``when`` accepts."""
-    events: list[AgentEvent] = []
-    outcome: CancelOutcome | None = None
-    async for ev in handle:
-        events.append(ev)
-        if outcome is None and when(ev):
-            outcome = await handle.cancel(mode)
-    return events, outcome
 
 
 def _is_reply_with_calls(ev: AgentEvent) -> bool:
@@ -64,7 +52,7 @@ async def test_after_tools_cancel_runs_the_batch_and_stops_before_the_next_model
     )
     runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[search.tool]))
 
-    events, outcome = await _cancel_at(
+    events, outcome = await cancel_at(
         runner.query("find"), _is_reply_with_calls, CancelMode.AFTER_TOOLS
     )
 
@@ -279,7 +267,7 @@ async def test_a_transfer_target_started_after_the_cancel_never_calls_its_model(
     def transferred(ev: AgentEvent) -> bool:
         return ev.output is not None and ev.output.tool_name == "transfer_to_agent"
 
-    events, outcome = await _cancel_at(runner.query("pay my invoice"), transferred, mode)
+    events, outcome = await cancel_at(runner.query("pay my invoice"), transferred, mode)
 
     assert billing_model.requests == []
     assert outcome is not None and outcome.checkpoint_id is not None
@@ -298,7 +286,7 @@ async def test_a_cancel_after_the_model_asked_for_a_transfer_transfers_on_resume
     root = rk.set_sub_agents(rk.ChatModelAgent("triage", model=triage_model), [billing])
     runner = _runner(root)
 
-    events, outcome = await _cancel_at(
+    events, outcome = await cancel_at(
         runner.query("pay"), _is_reply_with_calls, CancelMode.AFTER_MODEL
     )
 
@@ -324,7 +312,7 @@ async def test_a_sequential_workflow_stops_between_its_agents_and_resumes_the_ne
     )
     runner = _runner(pipeline)
 
-    events, outcome = await _cancel_at(
+    events, outcome = await cancel_at(
         runner.query("write"),
         lambda ev: ev.message is not None and ev.message.content == "draft",
         CancelMode.AFTER_MODEL,
@@ -344,7 +332,7 @@ async def test_a_loop_workflow_resumes_in_the_iteration_it_was_cancelled_in() ->
     loop = rk.LoopAgent("rounds", [rk.ChatModelAgent("worker", model=replies)], max_iterations=4)
     runner = _runner(loop)
 
-    events, outcome = await _cancel_at(
+    events, outcome = await cancel_at(
         runner.query("go"),
         lambda ev: ev.message is not None and ev.message.content == "round 2",
         CancelMode.AFTER_TOOLS,
@@ -521,7 +509,7 @@ async def test_two_concurrent_resumes_of_the_cancel_checkpoint_run_the_continuat
     slow = Counter("slow", Gate())
     model = rk.ScriptedModel([asks(call("c1", "slow", "y")), Message.assistant("done")])
     runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[slow.tool]))
-    _, outcome = await _cancel_at(runner.query("go"), _is_reply_with_calls, CancelMode.AFTER_MODEL)
+    _, outcome = await cancel_at(runner.query("go"), _is_reply_with_calls, CancelMode.AFTER_MODEL)
     assert outcome is not None and outcome.checkpoint_id is not None
     cid = outcome.checkpoint_id
 
@@ -542,7 +530,7 @@ async def test_a_cancelled_run_without_a_checkpoint_store_still_ends_paused() ->
     model = rk.ScriptedModel([asks(call("c1", "search", "a")), Message.assistant("x")])
     search = Counter("search")
     runner = rk.Runner(rk.ChatModelAgent("helper", model=model, tools=[search.tool]))
-    events, outcome = await _cancel_at(
+    events, outcome = await cancel_at(
         runner.query("go"), _is_reply_with_calls, CancelMode.AFTER_MODEL
     )
     assert outcome is not None and outcome.checkpoint_id is None and not outcome.already_ended
@@ -564,6 +552,6 @@ async def test_a_cancel_reaches_the_agents_of_a_runner_with_plugins() -> None:
     runner = _runner(
         rk.ChatModelAgent("helper", model=model, tools=[search.tool]), plugins=[Audit()]
     )
-    _, outcome = await _cancel_at(runner.query("go"), _is_reply_with_calls, CancelMode.AFTER_MODEL)
+    _, outcome = await cancel_at(runner.query("go"), _is_reply_with_calls, CancelMode.AFTER_MODEL)
     assert outcome is not None and outcome.checkpoint_id is not None and len(ended) == 1
     assert search.started == []

@@ -31,6 +31,7 @@ from tests.cancel.support import (
     GatedModel,
     asks,
     call,
+    cancel_at,
     last_interrupt,
     point_addresses,
     texts,
@@ -106,12 +107,7 @@ async def _cancel_at(
     handle: RunHandle, when: Any, mode: CancelMode
 ) -> tuple[list[AgentEvent], CancelOutcome]:
     """Iterate ``handle``; cancel (from the loop body) at the first event ``when`` accepts."""
-    events: list[AgentEvent] = []
-    outcome: CancelOutcome | None = None
-    async for ev in handle:
-        events.append(ev)
-        if outcome is None and when(ev):
-            outcome = await handle.cancel(mode)
+    events, outcome = await cancel_at(handle, when, mode)
     assert outcome is not None
     return events, outcome
 
