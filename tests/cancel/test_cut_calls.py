@@ -207,6 +207,22 @@ async def test_a_resume_without_targets_still_runs_every_cut_call_again() -> Non
     assert texts(done.events)[0] == ("helper", "tool", "slow did x")
 
 
+async def test_a_target_of_none_for_a_cut_point_gives_no_result_and_the_call_runs_again() -> None:
+    # None is what a resume of every point gives each point (D8): no answer, so the call runs.
+    slow = Counter("slow", Gate())
+    model = rk.ScriptedModel([asks(call("c1", "slow", "x")), Message.assistant("done")])
+    runner = _runner(rk.ChatModelAgent("helper", model=model, tools=[slow.tool]))
+    assert slow.gate is not None
+    result = await _cut_while_running(runner.query("go"), slow.gate)
+    assert result.interrupt is not None and result.checkpoint_id is not None
+    [point] = result.interrupt.contexts
+
+    slow.gate = None
+    await runner.invoke_resume(result.checkpoint_id, targets={point.id: None})
+
+    assert slow.started == ["x", "x"] and _seen(model)[-1] == ("tool", "slow did x")
+
+
 async def test_a_given_result_goes_through_after_tool_and_not_before_tool() -> None:
     seen: list[tuple[str, str, object]] = []
 

@@ -431,7 +431,8 @@ class ChatModelAgent:
                         # A call a cancel stopped waits for no answer (as the agents a cancel
                         # stopped): it runs again from the start (D26), targeted or not --
                         # unless the resume gave its result (a tool response for it, a target
-                        # with data): then that is its result and the tool does not run (D12).
+                        # with data other than None): then that is its result and the tool
+                        # does not run (D12).
                         del state.pending[call.id]
                         if rs is not None and _given(rs, address, claimed):
                             given.append((call, claimed))
@@ -706,9 +707,15 @@ class ChatModelAgent:
 
 def _given(rs: ResumeState, address: Address, claimed: ResumeInfo) -> bool:
     """Whether the resume gave data for the point at ``address`` (claimed as ``claimed``): a
-    target the caller named (``targets={id: data}``, a tool response in session mode), not one
-    of a resume of every point (D8), which gives none."""
-    return claimed.is_resume_target and not rs.resume_all and rs.id_for(address) in rs.data
+    target the caller named with data other than None (``targets={id: data}``, a tool
+    response in session mode). A resume of every point gives none (D8), and None is what
+    such a resume gives each point: no result."""
+    return (
+        claimed.is_resume_target
+        and claimed.resume_data is not None
+        and not rs.resume_all
+        and rs.id_for(address) in rs.data
+    )
 
 
 def _runs_in_thread(tool: Tool) -> bool:
