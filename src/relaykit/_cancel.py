@@ -8,7 +8,9 @@ with an interrupt, so that a cancelled run is paused, not failed:
 * a ``ChatModelAgent`` after a model reply with tool calls (``AFTER_MODEL``), before a model call
   (``AFTER_TOOLS``, after its tool batch), and at once (``IMMEDIATE``);
 * an immediate cancel (or a timeout escalating to one) also cuts what is being awaited: a model
-  call, a plain tool call, a stream's next chunk. Those awaits are cut points (``CutPoint``),
+  call, an async tool call, a stream's next chunk (a plain function tool's call that has
+  started runs in a thread, which cannot be stopped: it is waited for and keeps its result).
+  Those awaits are cut points (``CutPoint``),
   which cancel the awaiting task the way ``asyncio.timeout`` does (a targeted ``cancel``, then
   ``uncancel``), so a cancellation from outside still propagates.
 """
@@ -59,8 +61,9 @@ class CancelMode(enum.Enum):
     'after_tools'
     """
 
-    #: Now: model calls, plain tool calls and streams in progress are cut (a cut stream ends
-    #: with ``StreamCancelledError``); the resume makes them again.
+    #: Now: model calls, async tool calls and streams in progress are cut (a cut stream ends
+    #: with ``StreamCancelledError``); the resume makes them again. A plain function tool's
+    #: call that has started is waited for and keeps its result.
     IMMEDIATE = "immediate"
     #: When the model call in progress (or the next one) has completed: its reply is kept, the
     #: tools it asked for have not run; the resume runs them. No agent starts a model call
