@@ -190,6 +190,9 @@ class AgentStream:
     held: list[AgentEvent] = field(default_factory=list)
     #: The model's audio of the current model turn.
     audio: list[Blob] = field(default_factory=list)
+    #: The agent's live part has ended (its held events stored, its calls answered, its
+    #: ``after_agent`` run): a transfer ended it, and the end of the session does not again.
+    ended: bool = False
 
     @property
     def name(self) -> str:

@@ -408,11 +408,19 @@ class LiveRun:
             self.connected.set()
 
     async def _switch(self, stream: AgentStream, dest: str) -> None:
+        completed = not stream.pending  # (a call still waiting: the agent did not complete)
         await self._end_stream(stream)
+        stream.ended = True
         await close_quietly(stream)
-        if not await self._after_agent(stream):
+        try:
+            ok = not completed or await self._cancellable(self._after_agent(stream))
+        except ClosedMeanwhile:
+            return  # close() came: the session ends without the target
+        if not ok:
             await self._finish(None, None)  # the hook failed: its error event ended the agent
             return
+        if self.closing:
+            return  # close() came: the target is not started
         target = stream.flow.find_target(dest)
         error: Exception | None = None
         if target is None:
@@ -433,8 +441,12 @@ class LiveRun:
                 invocation = self.options.invocation
                 try:
                     answered = (
-                        await before_agent(invocation, dest) if invocation is not None else None
+                        await self._cancellable(before_agent(invocation, dest))
+                        if invocation is not None
+                        else None
                     )
+                except ClosedMeanwhile:
+                    return  # close() came first: the target is not started
                 except PluginError as exc:  # the target failing: its error event
                     await self._finish(None, AgentEvent(dest, ctx.run_path, error=exc))
                     return
@@ -481,9 +493,11 @@ class LiveRun:
         run = self.run
         assert run is not None
         try:
-            if stream is not None:
+            if stream is not None and not stream.ended:
+                completed = error is None and not stream.pending
                 await self._end_stream(stream)
-                if error is None:
+                stream.ended = True
+                if completed:  # as in a turn: not after an error, nor with a call waiting
                     await self._after_agent(stream)
             await run.flush_writes()
             if error is not None:

@@ -4,6 +4,7 @@ stream, the caller closed the session, or it transferred) -- not after an error.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -193,5 +194,90 @@ async def test_after_agent_does_not_run_after_a_failed_connection(session_servic
     async with live(r) as session:
         events = await read_all(session)
     assert shown(events)[-1][0] == "error"
+    assert ("after_agent", "desk") not in hooks.calls
+    assert hooks.calls[-1] == ("after_run",)
+
+
+class Hanging:
+    """A live model whose connect waits until cancelled (``started`` once it waits)."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def connect(self, config: Any) -> Any:
+        self.started.set()
+        await asyncio.Event().wait()
+
+
+async def test_close_during_a_transfer_runs_after_agent_once_and_starts_no_target(
+    session_service: Any,
+) -> None:
+    hooks = AgentHooks(answer_after={"triage": "Passing you on."})
+    triage_model = ScriptedLiveModel([[WAIT, transfer("orders"), WAIT]])
+    orders_model = Hanging()
+    triage = rk.ChatModelAgent("triage", "routes", "Route.", live_model=triage_model)
+    orders = rk.ChatModelAgent("orders", "orders", "Answer.", live_model=orders_model)
+    r = runner(rk.set_sub_agents(triage, [orders]), session_service, plugins=[hooks])
+    session = await live(r)
+    await session.send(Message.user("Where is order 7?"))
+    await asyncio.wait_for(orders_model.started.wait(), 5)  # the target connects...
+    await asyncio.wait_for(session.close(), 5)  # ...and the caller hangs up
+    await read_all(session)
+    assert hooks.calls == [
+        ("before_run",),
+        ("before_agent", "triage"),
+        ("after_agent", "triage"),
+        ("before_agent", "orders"),
+        ("after_run",),
+    ]
+    saved = await stored(session_service)
+    assert [e.message.content for e in saved if e.message].count("Passing you on.") == 1
+
+
+class HangingHook(AgentHooks):
+    """``before_agent`` for ``orders`` never returns the first time (until cancelled)."""
+
+    async def before_agent(self, ctx: rk.InvocationContext, agent_name: str) -> Message | None:
+        await super().before_agent(ctx, agent_name)
+        if self.calls.count(("before_agent", "orders")) == 1 and agent_name == "orders":
+            await asyncio.Event().wait()
+        return None
+
+
+async def test_close_is_not_held_up_by_a_transfer_targets_hook_that_hangs(
+    session_service: Any,
+) -> None:
+    hooks = HangingHook()
+    root, _, orders_model = desk([WAIT, transfer("orders"), WAIT], [WAIT])
+    r = runner(root, session_service, plugins=[hooks])
+    session = await live(r)
+    await session.send(Message.user("Where is order 7?"))
+    while ("before_agent", "orders") not in hooks.calls:
+        await asyncio.sleep(0)
+    await asyncio.wait_for(session.close(), 5)
+    assert orders_model.connects == []
+    assert hooks.calls[-1] == ("after_run",)
+    # The lock is free: the session takes the next live session.
+    async with live(r) as again:
+        assert not again.closed
+
+
+async def test_after_agent_does_not_run_when_a_call_still_waits_at_the_close(
+    session_service: Any,
+) -> None:
+    @rk.tool(long_running=True)
+    def approve(amount: int) -> str:
+        """Ask a human to approve a payment."""
+        return "asked"
+
+    hooks = AgentHooks()
+    model = ScriptedLiveModel([[WAIT, call("c1", "approve", '{"amount": 5}'), WAIT]])
+    agent = rk.ChatModelAgent("desk", live_model=model, tools=[approve])
+    r = runner(agent, session_service, plugins=[hooks])
+    async with live(r) as session:
+        await session.send(Message.user("Pay 5."))
+        reader = session.events()
+        while not any(ev.action and ev.action.interrupted for ev in [await anext(reader)]):
+            pass
     assert ("after_agent", "desk") not in hooks.calls
     assert hooks.calls[-1] == ("after_run",)
