@@ -278,6 +278,20 @@ class GeminiLiveConnection:
 
     def _failure(self, exc: Exception) -> ModelError | None:
         """The error to raise for ``exc``, or None for a normal close between turns."""
+        payload = _payload_error(exc)
+        if isinstance(payload, dict):  # an error the server sent as a message
+            inner = payload.get("error")
+            fields = inner if isinstance(inner, dict) else payload
+            code, status, text = fields.get("code"), fields.get("status"), fields.get("message")
+            what = " ".join(str(x) for x in (code, status) if isinstance(x, int | str))
+            if isinstance(text, str) and text:
+                what = f"{what}: {text[:200]}" if what else text[:200]
+            return ModelError(
+                f"gemini live model {self._model!r}: the server sent an error"
+                + (f" ({what})" if what else ""),
+                provider=PROVIDER,
+                status=code if isinstance(code, int) and not isinstance(code, bool) else None,
+            )
         if isinstance(exc, genai_errors.APIError):
             # The SDK turns the server's close frame into an APIError of its code and reason.
             mid_turn = self._in_turn or self._buffer.pending
@@ -402,17 +416,23 @@ def _send_error(model: str, what: str, exc: Exception) -> ModelError:
     return send_error(PROVIDER, f"gemini live model {model!r}", what, exc)
 
 
+#: The keys of an error the server sends as a message (``{"error": {...}}``, ``{"code": ...}``).
+_ERROR_KEYS = frozenset({"error", "code", "status"})
+
+
 def _unknown_message(exc: Exception) -> bool:
-    """Whether the SDK failed on a server message none of whose fields it knows.
+    """Whether the SDK failed on a server message none of whose fields it knows -- and which is
+    not an error the server sent.
 
     google-genai converts each message to the fields it knows; when none is left it takes the
     message for an error payload and calls ``errors.APIError.raise_error`` with the message's
-    ``code`` -- None for a message of a new kind, which fails there (a ``TypeError`` comparing
-    None with a status) or becomes an ``APIError`` without a code. A closed socket's
-    ``APIError`` always has its close code.
+    top-level ``code`` -- None for a message of a new kind (and for Google's usual error shape,
+    ``{"error": {"code", "message", "status"}}``), which fails there (a ``TypeError`` comparing
+    None with a status) or becomes an ``APIError`` without a code. The message is in
+    ``raise_error``'s ``response_json``; one with an error's keys is an error, never skipped.
     """
     if isinstance(exc, genai_errors.APIError):
-        return exc.code is None
+        return exc.code is None and not _is_error_payload(exc.details)
     if not isinstance(exc, TypeError):
         return False
     tb = exc.__traceback__
@@ -421,6 +441,24 @@ def _unknown_message(exc: Exception) -> bool:
         if frame.f_code.co_name == "raise_error" and frame.f_globals.get("__name__") == (
             genai_errors.__name__
         ):
-            return True
+            return not _is_error_payload(frame.f_locals.get("response_json"))
         tb = tb.tb_next
     return False
+
+
+def _is_error_payload(message: object) -> bool:
+    return isinstance(message, dict) and not _ERROR_KEYS.isdisjoint(message)
+
+
+def _payload_error(exc: Exception) -> object:
+    """The error payload the SDK failed on (``raise_error``'s ``response_json``), if any."""
+    if isinstance(exc, genai_errors.APIError):
+        return exc.details if _is_error_payload(exc.details) else None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "raise_error":
+            found = frame.f_locals.get("response_json")
+            return found if _is_error_payload(found) else None
+        tb = tb.tb_next
+    return None

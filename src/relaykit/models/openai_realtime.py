@@ -78,8 +78,11 @@ __all__ = ["OpenAIRealtimeConnection", "OpenAIRealtimeModel"]
 PROVIDER = "openai"
 logger = logging.getLogger("relaykit.models.openai_realtime")
 #: How many of the client events that carry the conversation (items, response requests) are
-#: remembered by id, to tell the server's refusal of one of them from a passing error.
-_TRACKED_EVENTS = 256
+#: remembered by id, to tell the server's refusal of one of them from a passing error (at
+#: least the history sent at connect, whatever its length).
+_TRACKED_EVENTS = 4096
+#: Error codes that end the session whatever event they name.
+_FATAL_CODES = frozenset({"session_expired"})
 DEFAULT_CONNECT_TIMEOUT = 30.0
 """Seconds; the longest wait for the session to be configured."""
 
@@ -207,6 +210,7 @@ class OpenAIRealtimeModel(RealtimeModel):
                 status=handshake_status(exc),
             ) from exc
         connection = OpenAIRealtimeConnection(self.model, conn, _output_mime(session))
+        connection._track_limit = max(_TRACKED_EVENTS, len(items) + _TRACKED_EVENTS)
         try:
             await connection._create_items(items, "the history")
             if history and history[-1].role in ("user", "tool"):
@@ -243,6 +247,8 @@ class OpenAIRealtimeConnection:
         # server refusing one of them is fatal (the input never reached the model, or its
         # response will never come); any other error event is logged and passed over.
         self._tracked: OrderedDict[str, str] = OrderedDict()
+        self._track_limit = _TRACKED_EVENTS
+        self._warned: set[tuple[str, str]] = set()  # the passing errors logged once already
 
     @property
     def _mid_turn(self) -> bool:
@@ -302,7 +308,7 @@ class OpenAIRealtimeConnection:
         event_id = f"relaykit_{uuid.uuid4().hex}"
         tracked = self._tracked
         tracked[event_id] = what
-        if len(tracked) > _TRACKED_EVENTS:
+        if len(tracked) > self._track_limit:
             tracked.popitem(last=False)
         return event_id
 
@@ -435,15 +441,24 @@ class OpenAIRealtimeConnection:
                     f"({error.type}{code}: {error.message})",
                     provider=PROVIDER,
                 )
-            if error.type == "server_error":
+            if (
+                error.type == "server_error"
+                or error.code in _FATAL_CODES
+                or (error.event_id is None and self._response_active)
+            ):
+                # The server's own failure, or one that names no event while the response
+                # asked for is awaited (it may never come).
                 raise ModelError(
                     f"openai realtime model {self._model!r}: the server sent an error "
                     f"({error.type}{code}: {error.message})",
                     provider=PROVIDER,
                 )
             # The API's other errors leave the session open (an empty audio buffer committed,
-            # a cancel with no response running...): said in the log, not fatal.
-            logger.warning(
+            # a cancel with no response running...): said in the log (once per kind), not fatal.
+            kind = (error.type or "", error.code or "")
+            log = logger.debug if kind in self._warned else logger.warning
+            self._warned.add(kind)
+            log(
                 "openai realtime model %r: the server reported an error and the session goes "
                 "on (%s%s: %s)",
                 self._model,

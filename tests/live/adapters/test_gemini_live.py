@@ -469,6 +469,39 @@ async def test_a_message_of_a_kind_the_sdk_does_not_know_is_skipped(
 
 
 @pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        (
+            {"error": {"code": 400, "message": "Invalid tool.", "status": "INVALID_ARGUMENT"}},
+            r"server sent an error \(400 INVALID_ARGUMENT: Invalid tool\.\)",
+        ),
+        (
+            {"error": {"code": 429, "message": "Quota.", "status": "RESOURCE_EXHAUSTED"}},
+            r"server sent an error \(429 RESOURCE_EXHAUSTED: Quota\.\)",
+        ),
+        ({"code": 500, "message": "Internal."}, r"server sent an error \(500: Internal\.\)"),
+    ],
+)
+async def test_an_error_the_server_sends_as_a_message_raises_a_model_error(
+    gemini_server: LiveServer, make_model: MakeModel, payload: Any, expected: str
+) -> None:
+    async def script(peer: Peer) -> None:
+        await setup(peer)
+        await peer.recv()
+        await peer.send(payload)
+        await peer.wait_closed()
+
+    gemini_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("hi"))
+    with pytest.raises(ModelError, match=expected) as err:
+        await take(conn, 1)
+    assert err.value.status == (payload.get("error") or payload)["code"]
+    await conn.close()
+    await gemini_server.finished()
+
+
+@pytest.mark.parametrize(
     "frame",
     [
         "not json {",

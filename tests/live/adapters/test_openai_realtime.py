@@ -735,6 +735,104 @@ async def test_an_error_the_session_survives_is_logged_and_reading_goes_on(
     await openai_server.finished()
 
 
+async def test_an_expired_session_raises_a_model_error(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        expired = {
+            "type": "invalid_request_error",
+            "code": "session_expired",
+            "message": "Your session hit the maximum duration of 60 minutes.",
+            "event_id": None,
+        }
+        await peer.send(event("error", error=expired))
+        await peer.close(1000)
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with pytest.raises(ModelError, match=r"invalid_request_error/session_expired"):
+        await take(conn, 1)
+    await conn.close()
+    await openai_server.finished()
+
+
+async def test_an_error_naming_no_event_while_a_response_is_awaited_raises(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        await peer.recv()  # the user's item
+        assert await peer.recv() == RESPONSE_CREATE
+        lost = {"type": "invalid_request_error", "message": "Something went wrong."}
+        await peer.send(event("error", error=lost))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    await conn.send(Message.user("Where is it?"))
+    with pytest.raises(ModelError, match=r"server sent an error \(invalid_request_error"):
+        await take(conn, 1)
+    await conn.close()
+    await openai_server.finished()
+
+
+async def test_a_refused_item_of_a_long_history_is_still_known(
+    openai_server: LiveServer, make_model: MakeModel
+) -> None:
+    history = [Message.user(f"message {i}") for i in range(300)]
+    history.append(Message.assistant("ok"))
+
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        for _ in history:
+            await peer.recv()
+        first = peer.event_ids[1]  # an early history item's: the oldest ids are kept too
+        refused = {
+            "type": "invalid_request_error",
+            "code": "invalid_value",
+            "message": "Invalid item.",
+            "event_id": first,
+        }
+        await peer.send(event("error", error=refused))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig(history))
+    with pytest.raises(ModelError, match=r"server refused the history"):
+        await take(conn, 1)
+    await conn.close()
+    await openai_server.finished()
+
+
+async def test_a_passing_error_repeated_is_logged_once(
+    openai_server: LiveServer, make_model: MakeModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def script(peer: Peer) -> None:
+        await handshake(peer)
+        empty = {
+            "type": "invalid_request_error",
+            "code": "input_audio_buffer_commit_empty",
+            "message": "Buffer too small.",
+            "event_id": "evt_client_1",
+        }
+        for _ in range(5):
+            await peer.send(event("error", error=empty))
+        await peer.send(created("resp_1"))
+        await peer.send(text_done("resp_1", "Still here."))
+        await peer.send(done("resp_1"))
+        await peer.wait_closed()
+
+    openai_server.run(script)
+    conn = await make_model().connect(LiveConfig([]))
+    with caplog.at_level("WARNING", logger="relaykit.models.openai_realtime"):
+        assert await take(conn, 2) == [complete("Still here."), TURN_COMPLETE]
+    warnings = [r for r in caplog.records if "commit_empty" in r.getMessage()]
+    assert len(warnings) == 1
+    await conn.close()
+    await openai_server.finished()
+
+
 async def test_a_failed_response_raises_a_model_error(
     openai_server: LiveServer, make_model: MakeModel
 ) -> None:
