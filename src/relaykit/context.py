@@ -33,8 +33,9 @@ __all__ = [
 ]
 
 
-# The next recording order (``RecordedEvent.seq``).
-_next_seq = itertools.count().__next__
+#: The next recording order (``RecordedEvent.seq``); the flat run's fast paths, which build
+#: records inline, take theirs here too.
+next_record_seq = itertools.count().__next__
 _new_object = object.__new__
 
 
@@ -52,7 +53,7 @@ class RecordedEvent:
         #: The event as recorded (stamped with its agent and run path).
         self.event = event
         #: Global recording order: parallel lanes' events are joined by it.
-        self.seq = _next_seq()
+        self.seq = next_record_seq()
         out = event.output
         # Streams are resolved lazily (when a history is built); plain messages at once.
         #: The event's message; ``None`` for actions, errors and streams not read yet.
@@ -67,6 +68,8 @@ class RecordedEvent:
     def of(event: AgentEvent) -> RecordedEvent:
         """``RecordedEvent(event)``, built without the class call: flow agents record every
         event, and the call of ``__init__`` through the class costs more than the record.
+        (The fast paths of ``FlowAgent._drive`` and ``Runner._drive`` build a plain message's
+        record inline, setting the same fields: change them together.)
 
         >>> from relaykit.messages import Message
         >>> RecordedEvent.of(AgentEvent.from_message(Message.assistant("hi"))).message.content
@@ -74,7 +77,7 @@ class RecordedEvent:
         """
         rec = _new_object(RecordedEvent)
         rec.event = event
-        rec.seq = _next_seq()
+        rec.seq = next_record_seq()
         out = event.output
         rec.message = out.message if out is not None else None
         rec.rewritten = None

@@ -282,7 +282,8 @@ class AgentEvent:
         """
         # Flow agents stamp every event: the fields are set here rather than through
         # ``AgentEvent(...)``, whose call of the generated ``__init__`` costs more than the
-        # copy itself.
+        # copy itself. The fast paths of ``FlowAgent._drive`` and ``Runner._drive`` stamp a
+        # plain message inline, setting the same fields: change them together.
         new = _new_object(AgentEvent)
         new.agent_name = agent_name
         new.run_path = run_path

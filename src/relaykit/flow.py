@@ -32,7 +32,7 @@ from relaykit._history import (
     transfer_call_ids,
 )
 from relaykit.agent import Agent, AgentInput
-from relaykit.context import PriorTurns, RecordedEvent, RunContext, RunHistory
+from relaykit.context import PriorTurns, RecordedEvent, RunContext, RunHistory, next_record_seq
 from relaykit.errors import ConfigurationError, MaxTransfersError
 from relaykit.events import AgentAction, AgentEvent, RunPath, RunStep
 from relaykit.interrupts import AddressSegment, ResumeInfo, interrupt_of, stateful_interrupt
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from relaykit._invocation import Invocation
 
 __all__ = [
+    "AppendingAgent",
     "FlowAgent",
     "HistoryEntry",
     "HistoryRewriter",
@@ -61,13 +62,102 @@ _DESIGNATED_KEYS = frozenset({"model_options", "tool_options", "history_modifier
 USER_AUTHOR = "user"
 
 _Arg = TypeVar("_Arg")
+_new_object = object.__new__
+#: What an ``AppendingAgent`` adds once its agent's stream ended: given the stream's last event
+#: (None: it yielded nothing), the events that follow it.
+Epilogue = Callable[[AgentEvent | None], Awaitable[Sequence[AgentEvent]]]
+#: An ``AppendingAgent``'s stream taken apart: its agent's stream and the epilogue that follows
+#: it (None: nothing follows, and the stream turns its own exceptions into error events).
+Opened = tuple[AsyncIterator[AgentEvent], Epilogue | None]
 # How ``_drive`` starts the agent's stream: from an input (run) or a ResumeInfo (resume). With
 # the stream come the pending chain saved for this flow agent (when a resume passes through
-# it) and the invocation whose ``after_agent`` hooks run once the stream completes (None: none).
+# it), the invocation whose ``after_agent`` hooks run once the stream completes (None: none)
+# and, for an ``AppendingAgent``, the epilogue of its stream (None: none).
 _Start = Callable[
     [RunContext, _Arg, dict[str, Any]],
-    Awaitable[tuple[AsyncIterator[AgentEvent], "PendingChain | None", "Invocation | None"]],
+    Awaitable[
+        tuple[
+            AsyncIterator[AgentEvent],
+            "PendingChain | None",
+            "Invocation | None",
+            "Epilogue | None",
+        ]
+    ],
 ]
+
+
+class AppendingAgent:
+    """Base of an agent that runs one other agent and only adds events once that agent's
+    stream ended -- its *epilogue* (the deterministic-transfer wrapper's transfers).
+
+    ``run`` (and a resumable subclass's ``resume``, through ``appended``) forwards the inner
+    stream and then the epilogue; an exception of the inner stream instead ends it with the
+    wrapper's error event (D24) and no epilogue. A flow agent running the wrapper takes the
+    two apart (``open_run``, ``open_resume``) and does the same itself: in a flat run the
+    Runner iterates the inner stream (``OwnStream``), so the wrapper costs no generator step
+    per event.
+
+    >>> import asyncio
+    >>> import relaykit as rk
+    >>> class Say(rk.BaseAgent):
+    ...     async def run(self, ctx, input, **options):
+    ...         yield rk.AgentEvent.from_message(rk.Message.assistant("hi"))
+    >>> class Signed(AppendingAgent):
+    ...     def __init__(self, agent):
+    ...         self.agent, self.name, self.description = agent, agent.name, ""
+    ...     def open_run(self, ctx, input, options):
+    ...         async def sign(last):
+    ...             return [rk.AgentEvent.from_message(rk.Message.assistant("-- signed"))]
+    ...         return self.agent.run(ctx, input, **options), sign
+    >>> result = asyncio.run(rk.Runner(Signed(Say("poet"))).invoke("go"))
+    >>> [ev.message.content for ev in result.events]
+    ['hi', '-- signed']
+    """
+
+    #: The wrapper's name (its agent's, as it takes that agent's place in a tree).
+    name: str
+    #: The wrapper's description.
+    description: str
+
+    def open_run(self, ctx: RunContext, input: AgentInput, options: dict[str, Any]) -> Opened:
+        """Start the inner agent's run: its stream and the epilogue that follows it."""
+        raise NotImplementedError(f"{type(self).__name__}.open_run is not implemented")
+
+    def open_resume(self, ctx: RunContext, info: ResumeInfo, options: dict[str, Any]) -> Opened:
+        """Start the inner agent's resume (a resumable wrapper only): as ``open_run``."""
+        raise NotImplementedError(f"{type(self).__name__}.open_resume is not implemented")
+
+    def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
+        """The inner agent's events, then the epilogue's."""
+        return appended(self.name, self.open_run(ctx, input, options))
+
+
+def appended(name: str, opened: Opened) -> AsyncIterator[AgentEvent]:
+    """The stream of ``AppendingAgent`` ``name`` whose inner stream and epilogue are
+    ``opened``: the inner events, then the epilogue's (or the wrapper's error event)."""
+    events, epilogue = opened
+    return events if epilogue is None else _appended(name, events, epilogue)
+
+
+async def _appended(
+    name: str, events: AsyncIterator[AgentEvent], epilogue: Epilogue
+) -> AsyncIterator[AgentEvent]:
+    last: AgentEvent | None = None
+    try:
+        async with closing(events):
+            async for ev in events:
+                last = ev
+                yield ev
+    except BaseException as exc:
+        # D24: the inner agent ending with CancelledError, GeneratorExit... is its error event
+        # (ended_with never hands on a bare BaseException); cancellation from outside and the
+        # GeneratorExit of our own generator being closed propagate.
+        if must_propagate(exc) or thrown_into_us(exc):
+            raise
+        yield AgentEvent(error=ended_with(exc, f"agent '{name}'"))
+        return
+    for ev in await epilogue(last):
+        yield ev
 
 
 @final
@@ -105,10 +195,12 @@ class OwnStream:
     """A flow agent's own events: stamping, recording and the transfers they end with.
 
     ``FlowAgent._drive`` keeps its agent's stream here. In a flat run it yields this object
-    and the Runner iterates the agent's stream itself: it delivers the plain messages
-    (``take``: stamped and recorded), hands every other event to the flow agent (``asend``),
-    which passes it to ``handle``, sends None when the stream ends (``last`` set), and throws
-    what the stream raised into the flow agent's stream.
+    and the Runner iterates the agent's stream itself: it delivers a nested agent's event as
+    it is (stamped and recorded below) and, while ``quiet``, a plain message (an event with
+    neither action nor error whose output is none, or a message without tool calls) stamped
+    and recorded; it hands every other event to the flow agent (``asend``), which passes it
+    to ``handle``, sends None when the stream ends (``last`` set), and throws what the
+    stream raised into the flow agent's stream.
     """
 
     __slots__ = (
@@ -152,22 +244,6 @@ class OwnStream:
         self.quiet = True
         #: The last event of the stream (set by the Runner when it ends, in a flat run).
         self.last: AgentEvent | None = None
-
-    def take(self, ev: AgentEvent) -> AgentEvent | None:
-        """What to deliver for ``ev`` without the flow agent: a plain message stamped and
-        recorded (the fast path; ``FlowAgent._drive`` inlines the same test), or a nested
-        agent's event as it is (stamped and recorded below); None for anything else."""
-        if ev.action is None and self.quiet and ev.error is None and not ev.run_path:
-            out = ev.output
-            if out is None or (
-                out.stream is None and ((msg := out.message) is None or not msg.tool_calls)
-            ):
-                ev = ev.stamped(self.name, self.path)
-                self.record(RecordedEvent.of(ev))
-                return ev
-        elif ev.run_path:
-            return ev
-        return None
 
     async def handle(self, ev: AgentEvent) -> AsyncIterator[AgentEvent]:
         """The events to deliver for own event ``ev`` that is not a plain message (or comes
@@ -345,18 +421,18 @@ class FlowAgent:
 
     async def _start_run(
         self, child: RunContext, input: AgentInput | None, options: dict[str, Any]
-    ) -> tuple[AsyncIterator[AgentEvent], None, Invocation | None]:
+    ) -> tuple[AsyncIterator[AgentEvent], None, Invocation | None, Epilogue | None]:
         cancel = child.options.cancel
         if cancel is not None and cancel.mode is not None:
             # D26: an agent starting after a cancel does not start (a transfer target never
             # calls its model); the resume starts it.
-            return _one(stateful_interrupt(child, cancel.info(), NotStarted())), None, None
+            return _one(stateful_interrupt(child, cancel.info(), NotStarted())), None, None, None
         after: Invocation | None = None
         inv = child.options.invocation
         if inv is not None and inv.plugins and not self._inside_itself(child):
             answer = await before_agent(inv, self.name)
             if answer is not None:  # the agent's whole answer: it does not run
-                return hook_answer(answer), None, None
+                return hook_answer(answer), None, None, None
             if inv.plugins.has("after_agent"):
                 after = inv
         if self.builds_own_input:
@@ -365,7 +441,11 @@ class FlowAgent:
             agent_input = await self.build_input(child)
         if child.options.agent_options or options:
             options = self._designated(child, options)
-        return self.agent.run(child, agent_input, **options), None, after
+        agent = self.agent
+        if isinstance(agent, AppendingAgent):
+            events, epilogue = agent.open_run(child, agent_input, options)
+            return events, None, after, epilogue
+        return agent.run(child, agent_input, **options), None, after, None
 
     def _designated(self, child: RunContext, options: dict[str, Any]) -> dict[str, Any]:
         """``options`` for this agent's ``run``/``resume``: the run's options, without the
@@ -383,7 +463,7 @@ class FlowAgent:
 
     async def _start_resume(
         self, child: RunContext, info: ResumeInfo, options: dict[str, Any]
-    ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None, Invocation | None]:
+    ) -> tuple[AsyncIterator[AgentEvent], PendingChain | None, Invocation | None, Epilogue | None]:
         state = child.resume_state
         if state is None:
             raise ConfigurationError(
@@ -410,7 +490,11 @@ class FlowAgent:
                 )
             if child.options.agent_options or options:
                 options = self._designated(child, options)
-            return resume(child, mine, **options), None, after
+            agent = self.agent
+            if isinstance(agent, AppendingAgent):
+                events, epilogue = agent.open_resume(child, mine, options)
+                return events, None, after, epilogue
+            return resume(child, mine, **options), None, after, None
         names = state.next_points(child.address)
         if not names:
             raise ConfigurationError(
@@ -425,7 +509,7 @@ class FlowAgent:
         pending = state.pending_chains.pop(child.address, None)
         sub = self.find_target(names[0], for_resume=True)
         if sub is not None:
-            return sub.resume(child, info, **options), pending, None
+            return sub.resume(child, info, **options), pending, None, None
         if not self.sub_agents:  # a custom wrapper around a tree: it resumes what it wraps
             resume_wrapped = getattr(self.agent, "resume", None)
             if resume_wrapped is None:
@@ -435,7 +519,7 @@ class FlowAgent:
                     "ResumableAgent interface. To support resume, your custom agent wrapper "
                     "must implement the ResumableAgent interface"
                 )
-            return resume_wrapped(child, info, **options), pending, after
+            return resume_wrapped(child, info, **options), pending, after, None
         raise ConfigurationError(
             f"failed to resume agent: sub-agent '{names[0]}' not found in agent '{self.name}'"
         )
@@ -478,24 +562,44 @@ class FlowAgent:
         name, path, history = self.name, ctx.run_path, ctx.history
         record = history.events.append
         try:
-            gen, pending, after = await start(ctx, arg, options)
+            gen, pending, after, epilogue = await start(ctx, arg, options)
         except BaseException as exc:
             if must_propagate(exc):
                 raise
             yield AgentEvent(name, path, error=ended_with(exc, f"agent '{name}'"))
             return
+        own_stream = flat and pending is None
+        if epilogue is not None and not own_stream:
+            gen, epilogue = _appended(name, gen, epilogue), None
         own = OwnStream(gen, name, path, history, after)
         last: AgentEvent | None = None
         try:
             async with closing(gen):
-                if flat and pending is None:
+                if own_stream:
                     # The Runner iterates the agent's stream and delivers its plain messages
-                    # (``OwnStream.take``); it hands every other event here, None at the end.
+                    # (``Runner._drive``); it hands every other event here, None at the end,
+                    # and throws in what the stream raised.
+                    tail: Sequence[AgentEvent] = ()
                     while True:
-                        ev = yield own
+                        try:
+                            ev = yield own
+                        except BaseException as exc:
+                            # An appending agent's inner stream raised: the wrapper's error
+                            # event, and no epilogue (as ``appended`` would yield, D24).
+                            if epilogue is None or must_propagate(exc) or thrown_into_us(exc):
+                                raise
+                            tail = (AgentEvent(error=ended_with(exc, f"agent '{name}'")),)
+                            break
                         if ev is None:
                             last = own.last
+                            if epilogue is not None:  # an appending agent's last events
+                                tail = await epilogue(last)
                             break
+                        last = ev
+                        async with closing(own.handle(ev)) as outs:
+                            async for out_ev in outs:
+                                yield out_ev
+                    for ev in tail:  # own events, as if the agent's stream had yielded them
                         last = ev
                         async with closing(own.handle(ev)) as outs:
                             async for out_ev in outs:
@@ -508,16 +612,32 @@ class FlowAgent:
                                 ev = self._with_pending(ctx, ev, pending)
                             yield ev
                             continue
-                        # The fast path of ``OwnStream.take``, inline: it runs for every event.
+                        # The fast path, as in ``Runner._drive``: it runs for every event.
                         if ev.action is None and own.quiet and ev.error is None:
                             out = ev.output  # the common case: a plain message, no transfer
                             if out is None or (
                                 out.stream is None
                                 and ((msg := out.message) is None or not msg.tool_calls)
                             ):
-                                ev = ev.stamped(name, path)
-                                record(RecordedEvent.of(ev))
-                                yield ev
+                                # ``ev.stamped(name, path)`` and ``RecordedEvent.of`` inline
+                                # (their calls would cost more than the copy and the record).
+                                new = _new_object(AgentEvent)
+                                new.agent_name = name
+                                new.run_path = path
+                                new.output = out
+                                new.action = None
+                                new.error = None
+                                new.state_delta = ev.state_delta
+                                new.internal = False
+                                new.stored_id = None
+                                rec = _new_object(RecordedEvent)
+                                rec.event = new
+                                rec.seq = next_record_seq()
+                                rec.message = out.message if out is not None else None
+                                rec.rewritten = None
+                                rec.skip = False
+                                record(rec)
+                                yield new
                                 continue
                         async with closing(own.handle(ev)) as outs:
                             async for out_ev in outs:

@@ -30,7 +30,13 @@ from relaykit.checkpoints.base import (
 )
 from relaykit.checkpoints.document import Checkpoint, decode_checkpoint, encode_checkpoint
 from relaykit.compaction import CompactionConfig
-from relaykit.context import DEFAULT_MAX_TRANSFERS, RunContext, RunOptions
+from relaykit.context import (
+    DEFAULT_MAX_TRANSFERS,
+    RecordedEvent,
+    RunContext,
+    RunOptions,
+    next_record_seq,
+)
 from relaykit.errors import (
     ConfigurationError,
     RunnerError,
@@ -58,6 +64,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("relaykit")
+
+_new_object = object.__new__
 
 
 class RunKwargs(TypedDict, total=False):
@@ -643,10 +651,10 @@ class Runner:
         target's stream up (a ``Delegation``), the target's stream is iterated here, as
         ``yield from`` would -- its last event sent to the delegating stream when it ends,
         what it raises thrown into it. A flow agent hands its agent's own stream up too (an
-        ``OwnStream``): its plain messages are stamped, recorded and delivered here
-        (``OwnStream.take``), anything else is sent to the flow agent. So an event takes no
-        generator step between the agent that yielded it and the caller, however deep the
-        tree.
+        ``OwnStream``): its plain messages are stamped, recorded and delivered here, a nested
+        agent's events (stamped and recorded below) as they are, anything else is sent to the
+        flow agent. So an event takes no generator step between the agent that yielded it and
+        the caller, however deep the tree.
         """
         interrupted = False
         ended = False
@@ -700,14 +708,49 @@ class Runner:
                             if TYPE_CHECKING:  # an agent's own stream yields events only
                                 assert isinstance(ev, AgentEvent)
                             own_last = ev
-                            taken = own.take(ev)
-                            if taken is None:  # anything else: its flow agent handles it
+                            if (
+                                ev.action is None
+                                and own.quiet
+                                and ev.error is None
+                                and not ev.run_path
+                                and (
+                                    (out := ev.output) is None
+                                    or (
+                                        out.stream is None
+                                        and ((msg := out.message) is None or not msg.tool_calls)
+                                    )
+                                )
+                            ):
+                                # A plain message (the common case): stamped and recorded
+                                # here, as ``ev.stamped(own.name, own.path)`` and
+                                # ``RecordedEvent.of`` would (inline: their calls would cost
+                                # more than the copy and the record), and delivered -- no
+                                # action, so no chain to apply and nothing to save.
+                                new = _new_object(AgentEvent)
+                                new.agent_name = own.name
+                                new.run_path = own.path
+                                new.output = out
+                                new.action = None
+                                new.error = None
+                                new.state_delta = ev.state_delta
+                                new.internal = False
+                                new.stored_id = None
+                                rec = _new_object(RecordedEvent)
+                                rec.event = new
+                                rec.seq = next_record_seq()
+                                rec.message = out.message if out is not None else None
+                                rec.rewritten = None
+                                rec.skip = False
+                                own.record(rec)
+                                last = new
+                                yield new
+                                continue
+                            if not ev.run_path:  # not a nested agent's: its flow agent's
                                 below, _, _ = stack.pop()
                                 own = None
                                 step = functools.partial(below.asend, ev)
                                 top, anext = below, below.__anext__
                                 continue
-                            ev = taken
                         elif type(ev) is OwnStream:
                             stack.append((cast(_Frame, top), ev, last))
                             own, top = ev, ev.events

@@ -11,7 +11,7 @@ from relaykit.agent import Agent, AgentInput, ResumableAgent
 from relaykit.codec import register_type
 from relaykit.context import RecordedEvent, RunContext, RunHistory
 from relaykit.events import AgentAction, AgentEvent, TransferToAgentAction, transfer_messages
-from relaykit.flow import FlowAgent, ended_abnormally
+from relaykit.flow import AppendingAgent, FlowAgent, Opened, appended, ended_abnormally
 from relaykit.interrupts import ResumeInfo, composite_interrupt, interrupt_of
 
 __all__ = ["DeterministicTransferState", "with_deterministic_transfer"]
@@ -41,8 +41,13 @@ def _transfer_events(names: Sequence[str]) -> list[AgentEvent]:
     return events
 
 
-class _DeterministicTransfer:
-    """Runs ``agent``, then appends a transfer pair for each of ``to_agent_names``."""
+class _DeterministicTransfer(AppendingAgent):
+    """Runs ``agent``, then appends a transfer pair for each of ``to_agent_names``.
+
+    Around an agent that is not a flow agent, the transfers are the wrapper's epilogue
+    (``AppendingAgent``): the flow agent running the wrapper delivers the inner agent's
+    events and then them, with no generator of the wrapper's between.
+    """
 
     def __init__(self, agent: Agent, to_agent_names: Sequence[str]) -> None:
         self.agent = agent
@@ -53,31 +58,21 @@ class _DeterministicTransfer:
     def __repr__(self) -> str:
         return f"with_deterministic_transfer({self.agent!r}, {self.to_agent_names!r})"
 
-    def run(self, ctx: RunContext, input: AgentInput, **options: Any) -> AsyncIterator[AgentEvent]:
-        """Run the wrapped agent (a flow agent in an isolated run history) and transfer."""
-        if isinstance(self.agent, FlowAgent):
-            return self._isolated(ctx, [], lambda c: self.agent.run(c, input, **options))
+    def open_run(self, ctx: RunContext, input: AgentInput, options: dict[str, Any]) -> Opened:
+        """Run the wrapped agent (a flow agent in an isolated run history); the transfers
+        follow (``run`` yields them; a flow agent running the wrapper delivers them)."""
+        agent = self.agent
+        if isinstance(agent, FlowAgent):
+            return self._isolated(ctx, [], lambda c: agent.run(c, input, **options)), None
         # The inner agent never learns the tree it sits in: the wrapper transfers for it.
-        return self._forward(self.agent.run(ctx.derive(flow=None), input, **options))
+        return agent.run(ctx.derive(flow=None), input, **options), self._transfers
 
-    async def _forward(self, gen: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
-        last: AgentEvent | None = None
-        try:
-            async with closing(gen):
-                async for ev in gen:
-                    last = ev
-                    yield ev
-        except BaseException as exc:
-            # D24: the inner agent ending with CancelledError, GeneratorExit... is its error
-            # event (ended_with never hands on a bare BaseException); cancellation from outside
-            # and the GeneratorExit of our own generator being closed propagate.
-            if must_propagate(exc) or thrown_into_us(exc):
-                raise
-            yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
-            return
-        if not await ended_abnormally(last):
-            for ev in _transfer_events(self.to_agent_names):
-                yield ev
+    async def _transfers(self, last: AgentEvent | None) -> list[AgentEvent]:
+        """The epilogue: a transfer pair for each target, unless the agent ended with an
+        error, an exit or an interrupt (D1)."""
+        if await ended_abnormally(last):
+            return []
+        return _transfer_events(self.to_agent_names)
 
     async def _isolated(
         self,
@@ -104,7 +99,7 @@ class _DeterministicTransfer:
                         continue  # becomes the composite interrupt below
                     yield ev
         except BaseException as exc:
-            if must_propagate(exc) or thrown_into_us(exc):  # D24, as in _forward
+            if must_propagate(exc) or thrown_into_us(exc):  # D24, as in ``appended``
                 raise
             yield AgentEvent(error=ended_with(exc, f"agent '{self.name}'"))
             return
@@ -127,6 +122,10 @@ class _ResumableDeterministicTransfer(_DeterministicTransfer):
         self, ctx: RunContext, info: ResumeInfo, **options: Any
     ) -> AsyncIterator[AgentEvent]:
         """Resume the wrapped agent, then transfer."""
+        return appended(self.name, self.open_resume(ctx, info, options))
+
+    def open_resume(self, ctx: RunContext, info: ResumeInfo, options: dict[str, Any]) -> Opened:
+        """Resume the wrapped agent; the transfers follow, as in ``open_run``."""
         agent = self.agent
         if isinstance(agent, FlowAgent):
             state = info.interrupt_state
@@ -134,11 +133,12 @@ class _ResumableDeterministicTransfer(_DeterministicTransfer):
                 return _error(
                     "invalid interrupt state for flowAgent resume in deterministic "
                     f"transfer: got {type(state).__name__}"
-                )
-            return self._isolated(ctx, state.events, lambda c: agent.resume(c, info, **options))
+                ), None
+            isolated = self._isolated(ctx, state.events, lambda c: agent.resume(c, info, **options))
+            return isolated, None
         # This class wraps only agents that have ``resume`` (with_deterministic_transfer).
         resumable = cast(ResumableAgent, agent)
-        return self._forward(resumable.resume(ctx.derive(flow=None), info, **options))
+        return resumable.resume(ctx.derive(flow=None), info, **options), self._transfers
 
 
 async def _error(message: str) -> AsyncIterator[AgentEvent]:
