@@ -184,12 +184,16 @@ def run() -> str:
         "",
         "The Runner runs a tree flat: it iterates the innermost stream itself (a flow agent "
         "hands its transfer target's stream, and its agent's own, to the Runner), so root "
-        "and mid add no generator step per event. A leaf event takes three steps, as in the "
-        "raw pipeline: the leaf agent, the deterministic-transfer wrapper around it, the "
-        "Runner's loop. What the tree does per event that the raw pipeline does not: the "
-        "stamped copy of the event, its record in the run history (kept for the whole run, "
-        "so the garbage collector visits it too), the Runner's tests (whose stream, a plain "
-        "message, an interrupt) and the `RunHandle`'s cancel check.",
+        "and mid add no generator step per event. Nor does the deterministic-transfer "
+        "wrapper: the leaf's flow agent takes the leaf's stream from it and delivers the "
+        "wrapper's transfers itself once that stream ended. A leaf event takes two generator "
+        "steps where the raw pipeline takes three: the leaf agent and the Runner's loop. "
+        "What the tree does per event that the raw pipeline does not: the stamped copy of "
+        "the event and its record in the run history (both built inline in the Runner's "
+        "loop, and kept for the whole run with the event's output: three objects per event "
+        "that the garbage collector's young collections visit, a fifth of the tree's "
+        "per-event instructions), the Runner's tests (whose stream, a plain message) and the "
+        "`RunHandle`'s cancel check.",
         "",
         "The leaf transfers back to mid, which runs again: a flow agent builds an agent's "
         "input when the agent first reads it, so the first relaykit row pays for stamping, "
