@@ -134,8 +134,13 @@ class SessionRunner:
         skip: bool,
         agent_options: dict[str, AgentOptions] | None = None,
         cancel: CancelSignal | None = None,
+        create_session: bool | None = None,
     ) -> AsyncGenerator[AgentEvent, None]:
         """Check the call now (``ConfigurationError``), run nothing until iterated."""
+        if create_session is not None and not isinstance(create_session, bool):
+            raise ConfigurationError(
+                f"create_session must be True, False or None, not {type(create_session).__name__}"
+            )
         if user_id is None or session_id is None:
             raise ConfigurationError(
                 "a Runner with a session service needs user_id and session_id: "
@@ -182,7 +187,15 @@ class SessionRunner:
             if temp:
                 dumps(temp, kind="relaykit/temp-state")  # kept in a pause: must be savable
         turn = _Turn(
-            ref, msgs, resume, dict(targets or {}), delta, skip, agent_options or {}, cancel
+            ref,
+            msgs,
+            resume,
+            dict(targets or {}),
+            delta,
+            skip,
+            agent_options or {},
+            cancel,
+            create_session,
         )
         return self._locked(turn)
 
@@ -192,7 +205,9 @@ class SessionRunner:
         async with self.service.lock(
             ref.app_name, ref.user_id, ref.session_id, timeout=self.lock_timeout
         ):
-            view, cached = await self._read(ref, create=not turn.resume)
+            view, cached = await self._read(
+                ref, create=not turn.resume, auto_create=turn.create_session
+            )
             runs: list[Run] = []
             try:
                 async with closing(self._invocation(turn, view, cached, runs)) as events:
@@ -225,7 +240,9 @@ class SessionRunner:
                 run.stored[-1].id,
             )
 
-    async def _read(self, ref: SessionRef, *, create: bool = True) -> tuple[TurnView, _Cached]:
+    async def _read(
+        self, ref: SessionRef, *, create: bool = True, auto_create: bool | None = None
+    ) -> tuple[TurnView, _Cached]:
         """The session (created if allowed) and its history, from this Runner's cache plus
         what was stored since."""
         service = self.service
@@ -244,7 +261,7 @@ class SessionRunner:
         if view is None:
             if not create:  # a resume creates nothing
                 raise CheckpointNotFoundError(f"{ref} has no paused invocation to resume")
-            if not self.auto_create_session:
+            if not (self.auto_create_session if auto_create is None else auto_create):
                 raise ref.not_found("run a turn of")
             # Created meanwhile by someone else (outside the turn lock): read it then.
             with contextlib.suppress(SessionExistsError):

@@ -119,6 +119,8 @@ class _Turn:
     agent_options: dict[str, AgentOptions] = field(default_factory=dict)
     #: The run's cancel signal (``RunHandle.cancel``, D26).
     cancel: CancelSignal | None = None
+    #: Create the session when it does not exist (None: the Runner's ``auto_create_session``).
+    create_session: bool | None = None
 
 
 class _StoreFailed(Exception):

@@ -91,6 +91,8 @@ class RunKwargs(TypedDict, total=False):
     skip_transfer_messages: bool
     #: Options for one agent each, by agent name (``AgentOptions`` or a mapping of its fields).
     agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None
+    #: Session mode: create a missing session (None: ``Runner(auto_create_session=...)``).
+    create_session: bool | None
 
 
 class ResumeKwargs(TypedDict, total=False):
@@ -261,6 +263,7 @@ class Runner:
         state_delta: Mapping[str, Any] | None = None,
         skip_transfer_messages: bool = False,
         agent_options: Mapping[str, AgentOptions | Mapping[str, Any]] | None = None,
+        create_session: bool | None = None,
     ) -> RunHandle:
         """Run the agent on ``messages``; nothing runs until the handle is iterated (or its
         ``cancel`` or ``result`` awaited).
@@ -292,6 +295,11 @@ class Runner:
                 a mapping of its fields) with model options, tool options and a history
                 modifier (docs/retries-and-options.md). A name that is not an agent of the
                 tree is a ``ConfigurationError``.
+            create_session: session mode: create the session when it does not exist
+                (``SessionNotFoundError`` otherwise, raised by the iteration); None follows
+                ``Runner(auto_create_session=...)``. A server that checked the session before
+                the turn passes False, so a session deleted while the turn waited for its lock
+                is not created again.
 
         >>> import asyncio
         >>> import relaykit as rk
@@ -321,8 +329,13 @@ class Runner:
                 skip=skip_transfer_messages,
                 agent_options=designated,
                 cancel=cancel,
+                create_session=create_session,
             )
             return RunHandle(turn, cancel)
+        if create_session is not None:
+            raise ConfigurationError(
+                "create_session is for a Runner with a session service (session mode)"
+            )
         if checkpoint_id is not None:
             if self.checkpoint_store is None:
                 raise ConfigurationError(

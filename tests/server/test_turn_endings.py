@@ -394,3 +394,28 @@ async def test_a_client_that_drops_its_connection_under_uvicorn_does_not_lose_th
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_a_turn_that_waited_while_its_session_was_deleted_is_404_and_creates_nothing() -> (
+    None
+):
+    service = rk.InMemorySessionService()
+    model = rk.ScriptedModel([Message.assistant("hi")])
+    runner = rk.Runner(rk.ChatModelAgent("helper", model=model), session_service=service)
+    app = create_app(runner)
+    async with app_client(app) as http:
+        await http.post("/sessions", json={"session_id": "s1"})
+        # Another process's turn holds the session: this one waits for the lock...
+        async with service.lock("relaykit", "dev", "s1", timeout=5):
+            waiting = asyncio.create_task(http.post("/sessions/s1/turns", json={"text": "hi"}))
+            while not app.state.turns:
+                await asyncio.sleep(0)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            # ...while the session is deleted (by that holder, which may).
+            await service.delete_session("relaykit", "dev", "s1")
+        answer = await asyncio.wait_for(waiting, 5)
+        assert answer.status_code == 404, answer.text
+        assert answer.json()["error"]["type"] == "SessionNotFoundError"
+        assert (await http.get("/sessions")).json() == []
+        assert model.requests == []

@@ -366,8 +366,14 @@ def create_app(
         return await respond(
             session_id,
             user,
+            # Never creates the session: checked above, it may be deleted while the turn
+            # waits for its lock (then 404, not a new empty session).
             lambda: runner.run(
-                messages, user_id=user, session_id=session_id, state_delta=body.state_delta
+                messages,
+                user_id=user,
+                session_id=session_id,
+                state_delta=body.state_delta,
+                create_session=False,
             ),
             body.stream,
         )
