@@ -164,14 +164,14 @@ async def test_a_live_session_holds_the_session_lock_until_it_ends(session_servi
     assert result.output is not None and result.output.content == "run"
 
 
-async def test_opening_abandons_a_paused_run_and_gives_the_model_the_answered_call(
-    session_service: Any,
-) -> None:
-    @rk.tool(long_running=True)
-    def approve(amount: int) -> str:
-        """Ask a human to approve a payment."""
-        return "asked"
+@rk.tool(long_running=True)
+def approve(amount: int) -> str:
+    """Ask a human to approve a payment."""
+    return "asked"
 
+
+async def _paused_desk(session_service: Any) -> tuple[rk.Runner, ScriptedLiveModel]:
+    """A desk whose text turn paused on an approval (call c1); its live model."""
     model = ScriptedLiveModel([[]])
     agent = rk.ChatModelAgent(
         "desk",
@@ -182,8 +182,11 @@ async def test_opening_abandons_a_paused_run_and_gives_the_model_the_answered_ca
     r = runner(agent, session_service)
     paused = await r.invoke("pay 5", user_id=USER, session_id=SESSION)
     assert paused.interrupt is not None
-    async with live(r) as session:
-        await read_all(session)
+    return r, model
+
+
+async def _abandoned(session_service: Any, model: ScriptedLiveModel) -> None:
+    """The live session opened on an abandoned pause: the call answered, the pause gone."""
     history = [(m.role, m.content) for m in model.connects[0].messages]
     assert history[-1] == ("tool", "error: abandoned — the user sent a new message")
     assert await session_service.get_checkpoint(APP, USER, SESSION) is None
@@ -192,24 +195,19 @@ async def test_opening_abandons_a_paused_run_and_gives_the_model_the_answered_ca
     assert last.message.tool_call_id == "c1"
 
 
+async def test_opening_abandons_a_paused_run_and_gives_the_model_the_answered_call(
+    session_service: Any,
+) -> None:
+    r, model = await _paused_desk(session_service)
+    async with live(r) as session:
+        await read_all(session)
+    await _abandoned(session_service, model)
+
+
 async def test_opening_abandons_a_pause_that_cannot_be_read(
     session_service: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    @rk.tool(long_running=True)
-    def approve(amount: int) -> str:
-        """Ask for approval."""
-        return "asked"
-
-    model = ScriptedLiveModel([[]])
-    agent = rk.ChatModelAgent(
-        "desk",
-        model=rk.ScriptedModel([call("c1", "approve", '{"amount": 5}')]),
-        tools=[approve],
-        live_model=model,
-    )
-    r = runner(agent, session_service)
-    paused = await r.invoke("pay 5", user_id=USER, session_id=SESSION)
-    assert paused.interrupt is not None
+    r, model = await _paused_desk(session_service)
     # The stored pause is damaged (a disk fault, a bad manual edit).
     await session_service.set_checkpoint(APP, USER, SESSION, b'{"format": "secret-marker')
     with caplog.at_level("WARNING", logger="relaykit"):
@@ -217,8 +215,4 @@ async def test_opening_abandons_a_pause_that_cannot_be_read(
             await read_all(session)
     assert any("cannot be read" in r.getMessage() for r in caplog.records)
     assert not any("secret-marker" in r.getMessage() for r in caplog.records)
-    history = [(m.role, m.content) for m in model.connects[0].messages]
-    assert history[-1] == ("tool", "error: abandoned — the user sent a new message")
-    assert await session_service.get_checkpoint(APP, USER, SESSION) is None
-    last = (await stored(session_service))[-1]
-    assert last.message is not None and last.message.tool_call_id == "c1"
+    await _abandoned(session_service, model)
