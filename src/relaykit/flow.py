@@ -727,7 +727,7 @@ class FlowAgent:
                 last = None
                 if flat:  # the Runner iterates the target's stream and sends its last event
                     events: AsyncIterator[FlatItem]
-                    if type(target).run is FlowAgent.run:
+                    if type(target).run is FlowAgent.run and "run" not in vars(target):
                         events = target._drive(
                             target._enter(ctx), target._start_run, None, options, True
                         )

@@ -7,7 +7,7 @@ import functools
 import logging
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from relaykit._aio import closing
 from relaykit._cancel import CancelSignal, cancelled_event
@@ -718,9 +718,15 @@ class Runner:
                             continue
                         step = anext
                         if own is not None:  # the agent's own stream: plain messages here
-                            if TYPE_CHECKING:  # an agent's own stream yields events only
-                                assert isinstance(ev, AgentEvent)
-                            own_last = ev
+                            own_last = ev  # type: ignore[assignment]  # checked just below
+                            if type(ev) is not AgentEvent:
+                                # Not an event (an agent yielding a Message, say): its flow
+                                # agent fails on it, as the agent's own error (D9).
+                                below, _, _ = stack.pop()
+                                own.last, own = own_last, None
+                                step = functools.partial(below.asend, cast(AgentEvent, ev))
+                                top, anext = below, below.__anext__
+                                continue
                             if (
                                 ev.action is None
                                 and own.quiet
@@ -760,13 +766,15 @@ class Runner:
                                 continue
                             if not ev.run_path:  # not a nested agent's: its flow agent's
                                 below, _, _ = stack.pop()
-                                own = None
+                                own.last, own = own_last, None  # (kept for its next push)
                                 step = functools.partial(below.asend, ev)
                                 top, anext = below, below.__anext__
                                 continue
                         elif type(ev) is OwnStream:
                             stack.append((cast(_Frame, top), ev, last))
-                            own, top = ev, ev.events
+                            # Its last event so far: None for a new stream (not the previous
+                            # stream's), kept when the flow agent hands it back.
+                            own, own_last, top = ev, ev.last, ev.events
                             step = anext = top.__anext__
                             continue
                         elif type(ev) is Delegation:

@@ -247,3 +247,86 @@ async def test_a_cancellation_from_outside_propagates_through_a_flat_run() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert b.seen == []
+
+
+# -- found by a differential review of flat runs against FlowAgent.run ----------------------
+class _TransfersThenPassesANestedError(rk.BaseAgent):
+    """Transfers to ``b``, then yields a nested agent's error, which does not end the chain."""
+
+    async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        yield rk.AgentEvent.transfer("b")
+        yield rk.AgentEvent("inner", (rk.RunStep("inner"),), error=ValueError("inner failed"))
+
+
+class _Silent(rk.BaseAgent):
+    async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        return
+        yield
+
+
+class _Say(rk.BaseAgent):
+    async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+        yield _say(f"{self.name} here")
+
+
+def _transfers(events: list[rk.AgentEvent]) -> list[tuple[str, str | None, str | None]]:
+    out = []
+    for e in events:
+        action = e.action
+        dest = (
+            action.transfer_to_agent.dest_agent_name
+            if action and action.transfer_to_agent
+            else None
+        )
+        out.append((e.agent_name, dest, e.message.content if e.message else None))
+    return out
+
+
+async def test_an_agent_that_yields_nothing_is_not_judged_by_the_previous_agents_last_event() -> (
+    None
+):
+    def tree() -> rk.FlowAgent:
+        silent = rk.with_deterministic_transfer(_Silent("b", "b"), ["c"])
+        b = rk.set_sub_agents(silent, [_Say("c", "c")])
+        return rk.set_sub_agents(_TransfersThenPassesANestedError("a", "a"), [b])
+
+    flat = [e async for e in rk.Runner(tree()).query("go")]
+    forwarded = [
+        e async for e in tree().run(rk.RunContext.new(), rk.AgentInput([rk.Message.user("go")]))
+    ]
+    assert _transfers(flat) == _transfers(forwarded)
+    assert _transfers(flat)[-1] == ("c", None, "c here")  # b's deterministic transfer ran
+
+
+async def test_an_agent_yielding_a_non_event_fails_as_itself_in_a_flat_run() -> None:
+    class Wrong(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[Any]:
+            yield rk.Message.assistant("not an AgentEvent")
+
+    class ToB(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.AgentEvent.transfer("b")
+
+    root = rk.set_sub_agents(ToB("a", "a"), [Wrong("b", "b")])
+    errors = [e async for e in rk.Runner(root).query("go") if e.error is not None]
+    assert [(e.agent_name, _names(e.run_path)) for e in errors] == [("b", ("a", "b"))]
+    assert isinstance(errors[0].error, AttributeError)
+
+
+async def test_a_run_replaced_on_a_flow_agent_instance_is_called_for_a_transfer() -> None:
+    calls: list[str] = []
+    target = rk.as_flow_agent(_Say("t", "t"))
+    original = target.run
+
+    def traced(ctx: rk.RunContext, input: Any = None, **options: Any) -> Any:
+        calls.append("t.run")
+        return original(ctx, input, **options)
+
+    target.run = traced  # type: ignore[method-assign]
+
+    class ToT(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.AgentEvent.transfer("t")
+
+    await rk.Runner(rk.set_sub_agents(ToT("a", "a"), [target])).invoke("go")
+    assert calls == ["t.run"]
