@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from relaykit._aio import must_propagate
 from relaykit.codec import register_type
 from relaykit.events import TRANSFER_TOOL_NAME, AgentEvent
 from relaykit.messages import Message
@@ -185,6 +186,10 @@ async def ended_abnormally(last: AgentEvent | None) -> bool:
     if out is not None and out.stream is not None:
         try:
             await out.stream.collect()
-        except Exception:
+        except BaseException as exc:
+            # A stream ending in a CancelledError of its own (not the run's) ended abnormally
+            # too: it must not escape to the caller (D9).
+            if must_propagate(exc):
+                raise
             return True
     return False

@@ -330,3 +330,27 @@ async def test_a_run_replaced_on_a_flow_agent_instance_is_called_for_a_transfer(
 
     await rk.Runner(rk.set_sub_agents(ToT("a", "a"), [target])).invoke("go")
     assert calls == ["t.run"]
+
+
+async def test_a_target_whose_stream_ends_in_its_own_cancellation_stops_the_chain() -> None:
+    """A stream ending in a CancelledError of its own (a cancelled future it awaited, not the
+    run's cancellation) ended abnormally: the chain stops there and nothing escapes (D9)."""
+
+    class Chain(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            yield rk.AgentEvent.transfer("b")
+            yield rk.AgentEvent.transfer("c")
+
+    class Cut(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            async def chunks() -> AsyncIterator[rk.Message]:
+                yield rk.Message.assistant("x")
+                cancelled = asyncio.get_running_loop().create_future()
+                cancelled.cancel()
+                await cancelled
+
+            yield rk.AgentEvent.from_message(rk.MessageStream(chunks()))
+
+    root = rk.set_sub_agents(Chain("a", "a"), [Cut("b", "b"), _Say("c", "c")])
+    names = [e.agent_name async for e in rk.Runner(root).query("go")]
+    assert names == ["a", "b"]  # c is not reached, and no CancelledError reached us
