@@ -671,6 +671,7 @@ class Runner:
         """
         interrupted = False
         ended = False
+        closed = False
         # The delegating streams below ``top`` (innermost last), each with its delegation and
         # the last event of its own stream before it delegated.
         stack: list[_Delegating] = []
@@ -818,9 +819,21 @@ class Runner:
                             if cancel is not None and saved is not None:
                                 cancel.ended_with(saved)
                         yield ev
+                except GeneratorExit:
+                    closed = True  # the caller closed the run: nothing more may be yielded
+                    raise
                 finally:
                     await _close_streams(top, stack)
             except Exception as exc:  # D9: nothing crashes the caller
+                if closed:
+                    # An agent failed while its stream was closed (a ``finally`` that raised):
+                    # the caller closing the run is not told (it cannot be: a closed generator
+                    # yields nothing), so it is logged.
+                    logger.warning(
+                        "an agent raised %s while the run was being closed",
+                        type(exc).__name__,
+                    )
+                    return
                 yield AgentEvent(self._root.name, ctx.run_path or (), error=exc)
             ended = True
             if claim is not None and claim.held:

@@ -354,3 +354,24 @@ async def test_a_target_whose_stream_ends_in_its_own_cancellation_stops_the_chai
     root = rk.set_sub_agents(Chain("a", "a"), [Cut("b", "b"), _Say("c", "c")])
     names = [e.agent_name async for e in rk.Runner(root).query("go")]
     assert names == ["a", "b"]  # c is not reached, and no CancelledError reached us
+
+
+async def test_closing_a_run_whose_agent_fails_in_its_finally_raises_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class FailsOnCleanup(rk.BaseAgent):
+        async def run(self, ctx: Any, input: Any, **options: Any) -> AsyncIterator[rk.AgentEvent]:
+            try:
+                yield _say("one")
+                yield _say("two")
+            finally:
+                raise ValueError("cleanup failed")
+
+    handle = rk.Runner(FailsOnCleanup("a", "a")).query("go")
+    first = await anext(handle)
+    assert first.message is not None and first.message.content == "one"
+    with caplog.at_level("WARNING", logger="relaykit"):
+        await handle.aclose()  # the agent's failure is logged, not raised at the caller
+    assert any(
+        "ValueError while the run was being closed" in r.getMessage() for r in caplog.records
+    )
