@@ -99,6 +99,28 @@ def function_call(rid: str, call_id: str, name: str, arguments: str) -> dict[str
     )
 
 
+async def fails_with(
+    server: LiveServer,
+    make_model: MakeModel,
+    script: Any,
+    config: LiveConfig,
+    match: str,
+    *,
+    send: Message | None = None,
+) -> ModelError:
+    """Serve ``script``; connect with ``config`` (sending ``send``); the ``ModelError``
+    ``receive()`` raises, matching ``match``, once the connection closed."""
+    server.run(script)
+    conn = await make_model().connect(config)
+    if send is not None:
+        await conn.send(send)
+    with pytest.raises(ModelError, match=match) as err:
+        await take(conn, 1)
+    await conn.close()
+    await server.finished()
+    return err.value
+
+
 async def handshake(peer: Peer) -> Any:
     """Play the server's side of the setup: ``session.created``, read ``session.update``,
     answer ``session.updated``."""
@@ -666,15 +688,13 @@ async def test_an_error_event_raises_a_model_error(
         await peer.send(event("error", error=error))
         await peer.wait_closed()
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    with pytest.raises(
-        ModelError,
-        match=r"server sent an error \(server_error/internal: The server had an error\.\)",
-    ):
-        await take(conn, 1)
-    await conn.close()
-    await openai_server.finished()
+    await fails_with(
+        openai_server,
+        make_model,
+        script,
+        LiveConfig([]),
+        r"server sent an error \(server_error/internal: The server had an error\.\)",
+    )
 
 
 async def test_an_error_refusing_a_user_message_raises_a_model_error_naming_it(
@@ -695,17 +715,15 @@ async def test_an_error_refusing_a_user_message_raises_a_model_error_naming_it(
         await peer.send(event("error", error=error))
         await peer.wait_closed()
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    await conn.send(Message.user("Where is order 4417?"))
-    with pytest.raises(
-        ModelError,
-        match=r"server refused a user message \(invalid_request_error/invalid_value: Item",
-    ) as err:
-        await take(conn, 1)
-    assert "4417" not in str(err.value)
-    await conn.close()
-    await openai_server.finished()
+    err = await fails_with(
+        openai_server,
+        make_model,
+        script,
+        LiveConfig([]),
+        r"server refused a user message \(invalid_request_error/invalid_value: Item",
+        send=Message.user("Where is order 4417?"),
+    )
+    assert "4417" not in str(err)
 
 
 async def test_an_expired_session_raises_a_model_error(
@@ -722,12 +740,9 @@ async def test_an_expired_session_raises_a_model_error(
         await peer.send(event("error", error=expired))
         await peer.close(1000)
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    with pytest.raises(ModelError, match=r"invalid_request_error/session_expired"):
-        await take(conn, 1)
-    await conn.close()
-    await openai_server.finished()
+    await fails_with(
+        openai_server, make_model, script, LiveConfig([]), r"invalid_request_error/session_expired"
+    )
 
 
 async def test_an_error_naming_no_event_while_a_response_is_awaited_raises(
@@ -741,13 +756,14 @@ async def test_an_error_naming_no_event_while_a_response_is_awaited_raises(
         await peer.send(event("error", error=lost))
         await peer.wait_closed()
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    await conn.send(Message.user("Where is it?"))
-    with pytest.raises(ModelError, match=r"server sent an error \(invalid_request_error"):
-        await take(conn, 1)
-    await conn.close()
-    await openai_server.finished()
+    await fails_with(
+        openai_server,
+        make_model,
+        script,
+        LiveConfig([]),
+        r"server sent an error \(invalid_request_error",
+        send=Message.user("Where is it?"),
+    )
 
 
 async def test_a_refused_item_of_a_long_history_is_still_known(
@@ -770,12 +786,9 @@ async def test_a_refused_item_of_a_long_history_is_still_known(
         await peer.send(event("error", error=refused))
         await peer.wait_closed()
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig(history))
-    with pytest.raises(ModelError, match=r"server refused the history"):
-        await take(conn, 1)
-    await conn.close()
-    await openai_server.finished()
+    await fails_with(
+        openai_server, make_model, script, LiveConfig(history), r"server refused the history"
+    )
 
 
 async def test_an_error_the_session_survives_is_logged_once_and_reading_goes_on(
@@ -816,12 +829,13 @@ async def test_a_failed_response_raises_a_model_error(
         await peer.send(done("resp_1", "failed", error=failure))
         await peer.wait_closed()
 
-    openai_server.run(script)
-    conn = await make_model().connect(LiveConfig([]))
-    with pytest.raises(ModelError, match=r"response failed \(rate_limit_exceeded: Too many"):
-        await take(conn, 1)
-    await conn.close()
-    await openai_server.finished()
+    await fails_with(
+        openai_server,
+        make_model,
+        script,
+        LiveConfig([]),
+        r"response failed \(rate_limit_exceeded: Too many",
+    )
 
 
 async def test_server_closing_normally_between_turns_ends_receive(
