@@ -218,6 +218,25 @@ async def test_a_fault_at_a_second_pause_leaves_a_text_turn_with_a_true_history(
     assert work.started == ["x"]
 
 
+async def _then_next_turn(
+    faulty: Any, work: Any, then: str, *, paused: bool, abandoned: str
+) -> None:
+    """After a fault around the first pause: a resume (``CheckpointNotFoundError`` when no
+    pause is stored) or a text turn, then the history the next turn's model reads, with c1
+    answered by its result or by ``abandoned``."""
+    if then == "resume":
+        _, runner = runner_with(faulty, work, Message.assistant("finished"))
+        if not paused:
+            with pytest.raises(CheckpointNotFoundError):
+                await runner.invoke_resume(user_id=USER, session_id=SID)
+            return
+        await runner.invoke_resume(user_id=USER, session_id=SID)
+        answer = ["c1: work did x", "assistant: finished"]
+    else:
+        answer = [f"c1: {abandoned}"]
+    assert await next_turn(faulty, work) == ["user: go", "calls c1", *answer, "user: next"]
+
+
 @pytest.mark.parametrize("then", ["resume", "text"])
 @pytest.mark.parametrize("fault", FAULTS)
 async def test_a_fault_at_a_first_pause_leaves_a_true_history(
@@ -234,17 +253,9 @@ async def test_a_fault_at_a_first_pause_leaves_a_true_history(
     )
     saved = saves_the_pause(fault)
     assert (await faulty.get_checkpoint(APP, USER, SID) is not None) == saved
-    if then == "resume":
-        _, runner = runner_with(faulty, work, Message.assistant("finished"))
-        if not saved:
-            with pytest.raises(CheckpointNotFoundError):
-                await runner.invoke_resume(user_id=USER, session_id=SID)
-            return
-        await runner.invoke_resume(user_id=USER, session_id=SID)
-        answer = ["c1: work did x", "assistant: finished"]
-    else:
-        answer = [f"c1: {ABANDONED_TEXT if saved else STOPPED_TEXT}"]
-    assert await next_turn(faulty, work) == ["user: go", "calls c1", *answer, "user: next"]
+    await _then_next_turn(
+        faulty, work, then, paused=saved, abandoned=ABANDONED_TEXT if saved else STOPPED_TEXT
+    )
 
 
 @pytest.mark.parametrize("then", ["resume", "text"])
@@ -264,17 +275,7 @@ async def test_a_fault_as_a_text_turn_abandons_a_pause_leaves_a_true_history(
     )
     deleted = when == "kill-after"
     assert (await faulty.get_checkpoint(APP, USER, SID) is None) == deleted
-    if then == "resume":
-        _, runner = runner_with(faulty, work, Message.assistant("finished"))
-        if deleted:
-            with pytest.raises(CheckpointNotFoundError):
-                await runner.invoke_resume(user_id=USER, session_id=SID)
-            return
-        await runner.invoke_resume(user_id=USER, session_id=SID)
-        answer = ["c1: work did x", "assistant: finished"]
-    else:
-        answer = [f"c1: {ABANDONED_TEXT}"]
-    assert await next_turn(faulty, work) == ["user: go", "calls c1", *answer, "user: next"]
+    await _then_next_turn(faulty, work, then, paused=not deleted, abandoned=ABANDONED_TEXT)
 
 
 async def test_a_pause_stored_without_its_last_event_is_still_resumed(service: Any) -> None:
