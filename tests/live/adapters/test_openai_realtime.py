@@ -121,6 +121,13 @@ async def fails_with(
     return err.value
 
 
+async def answer(peer: Peer, rid: str, text: str) -> None:
+    """Play one whole text response: ``response.created``, its text, ``response.done``."""
+    await peer.send(created(rid))
+    await peer.send(text_done(rid, text))
+    await peer.send(done(rid))
+
+
 async def handshake(peer: Peer) -> Any:
     """Play the server's side of the setup: ``session.created``, read ``session.update``,
     answer ``session.updated``."""
@@ -804,9 +811,7 @@ async def test_an_error_the_session_survives_is_logged_once_and_reading_goes_on(
         }
         for _ in range(5):
             await peer.send(event("error", error=empty))
-        await peer.send(created("resp_1"))
-        await peer.send(text_done("resp_1", "Still here."))
-        await peer.send(done("resp_1"))
+        await answer(peer, "resp_1", "Still here.")
         await peer.wait_closed()
 
     openai_server.run(script)
@@ -843,9 +848,7 @@ async def test_server_closing_normally_between_turns_ends_receive(
 ) -> None:
     async def script(peer: Peer) -> None:
         await handshake(peer)
-        await peer.send(created("resp_1"))
-        await peer.send(text_done("resp_1", "Bye."))
-        await peer.send(done("resp_1"))
+        await answer(peer, "resp_1", "Bye.")
         await peer.close(1000)
 
     openai_server.run(script)
@@ -965,9 +968,7 @@ async def test_a_pending_long_running_call_holds_back_neither_user_text_nor_late
         await peer.send(done("resp_2"))
         await peer.recv()  # the output of call_w...
         await peer.recv()  # ...gets its response.create too
-        await peer.send(created("resp_3"))
-        await peer.send(text_done("resp_3", "21C in Rome."))
-        await peer.send(done("resp_3"))
+        await answer(peer, "resp_3", "21C in Rome.")
         await peer.close(1000)  # a normal close: the pending call is no turn in progress
 
     openai_server.run(script)
@@ -1085,13 +1086,9 @@ async def test_a_response_request_refused_for_a_running_response_is_made_again_a
             "message": "Conversation already has an active response in progress: resp_vad.",
         }
         await peer.send(event("error", error=busy))
-        await peer.send(created("resp_vad"))
-        await peer.send(text_done("resp_vad", "Yes?"))
-        await peer.send(done("resp_vad"))
+        await answer(peer, "resp_vad", "Yes?")
         assert await peer.recv() == RESPONSE_CREATE  # asked again
-        await peer.send(created("resp_2"))
-        await peer.send(text_done("resp_2", "It ships today."))
-        await peer.send(done("resp_2"))
+        await answer(peer, "resp_2", "It ships today.")
         await peer.wait_closed()
 
     openai_server.run(script)
